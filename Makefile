@@ -1,0 +1,36 @@
+# dlock: distributed leases for PostgreSQL (PGXS build)
+
+EXTENSION = dlock
+EXTVERSION = 1.0
+
+MODULE_big = dlock
+OBJS = src/dlock.o src/shmem.o src/wait.o src/xact.o src/lease.o src/funcs.o
+DATA = sql/dlock--$(EXTVERSION).sql
+
+# pg_regress tests: every sql/*.sql except the install scripts
+REGRESS = $(filter-out dlock--%,$(patsubst sql/%.sql,%,$(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-config=$(srcdir)/test/dlock.conf \
+	--temp-instance=./tmp_regress
+ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso \
+	--temp-config=$(srcdir)/test/dlock.conf --temp-instance=./tmp_iso \
+	--load-extension=dlock
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+PROVE_FLAGS = -I $(srcdir)/test/perl
+
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+EXTRA_CLEAN = tmp_regress tmp_iso tmp_check test/output_iso results regression.diffs regression.out
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The two commands of the README; both run as root or as a user who can install.
+.PHONY: test demo bench
+test:
+	bash test/run-tests.sh
+demo:
+	bash test/demo.sh
+bench:
+	bash test/bench/run.sh

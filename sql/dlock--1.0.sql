@@ -1,0 +1,60 @@
+/* dlock 1.0: distributed leases with fencing tokens */
+
+\echo Use "CREATE EXTENSION dlock" to load this file. \quit
+
+-- Refuse to install into a server that did not preload the library.
+CREATE FUNCTION dlock_preload_check() RETURNS void
+AS 'MODULE_PATHNAME', 'dlock_preload_check' LANGUAGE C;
+SELECT dlock_preload_check();
+DROP FUNCTION dlock_preload_check();
+
+CREATE FUNCTION dlock_owner() RETURNS text
+AS 'MODULE_PATHNAME', 'dlock_owner' LANGUAGE C STABLE;
+
+-- ttl NULL means the dlock.default_ttl setting.
+CREATE FUNCTION dlock_try(name text,
+						  ttl interval DEFAULT NULL,
+						  owner text DEFAULT dlock_owner())
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_try' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_acquire(name text,
+							  ttl interval DEFAULT NULL,
+							  timeout interval DEFAULT NULL,
+							  owner text DEFAULT dlock_owner())
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_acquire' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_renew(name text,
+							ttl interval DEFAULT NULL,
+							owner text DEFAULT dlock_owner())
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'dlock_renew' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_release(name text,
+							  owner text DEFAULT dlock_owner(),
+							  token bigint DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dlock_release' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_list_locks(
+	OUT name text, OUT owner text, OUT token bigint,
+	OUT granted_at timestamptz, OUT expires_at timestamptz,
+	OUT role regrole, OUT pid integer, OUT waiters integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_list_locks' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_list_waiters(
+	OUT pid integer, OUT name text, OUT owner text, OUT role regrole,
+	OUT waiting_since timestamptz, OUT queue_position integer,
+	OUT deadline timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_list_waiters' LANGUAGE C VOLATILE;
+
+CREATE VIEW dlock_locks AS
+	SELECT * FROM dlock_list_locks();
+CREATE VIEW dlock_waiters AS
+	SELECT * FROM dlock_list_waiters();
+
+COMMENT ON VIEW dlock_locks IS 'live dlock leases of this database';
+COMMENT ON VIEW dlock_waiters IS 'sessions waiting in dlock_acquire, in queue order';

@@ -1,0 +1,25 @@
+/*
+ * dlock.h
+ *		Limits and settings shared by every part of dlock.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include "datatype/timestamp.h"
+
+/* Longest lock name and owner, in bytes (documented in the README). */
+#define DLOCK_NAME_MAX		200
+#define DLOCK_OWNER_MAX		128
+
+/* Longest lease a single grant or renewal may ask for. */
+#define DLOCK_TTL_MAX		(INT64CONST(7) * USECS_PER_DAY)
+
+/* Settings (GUCs) */
+extern int	dlock_max_locks;
+extern int	dlock_default_ttl_ms;
+extern char *dlock_owner_setting;
+
+/* Raises a clean ERROR when the library was not preloaded. */
+extern void dlock_require_preload(void);
+
+#endif							/* DLOCK_H */

@@ -1,0 +1,349 @@
+/*
+ * funcs.c
+ *		SQL-callable functions: argument checks, then the lease operations.
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "common/int.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "lease.h"
+#include "wait.h"
+
+PG_FUNCTION_INFO_V1(dlock_preload_check);
+PG_FUNCTION_INFO_V1(dlock_owner);
+PG_FUNCTION_INFO_V1(dlock_try);
+PG_FUNCTION_INFO_V1(dlock_acquire);
+PG_FUNCTION_INFO_V1(dlock_renew);
+PG_FUNCTION_INFO_V1(dlock_release);
+PG_FUNCTION_INFO_V1(dlock_list_locks);
+PG_FUNCTION_INFO_V1(dlock_list_waiters);
+
+Datum
+dlock_preload_check(PG_FUNCTION_ARGS)
+{
+	dlock_require_preload();
+	PG_RETURN_VOID();
+}
+
+/* The session's default owner: dlock.owner, else one unique to the session. */
+static void
+default_owner(DLockOwner *owner)
+{
+	if (dlock_owner_setting != NULL && dlock_owner_setting[0] != '\0')
+	{
+		size_t		len = strlen(dlock_owner_setting);
+
+		if (len > DLOCK_OWNER_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("dlock.owner is too long"),
+					 errdetail("It has %zu bytes; the limit is %d.", len, DLOCK_OWNER_MAX)));
+		owner->len = len;
+		memcpy(owner->str, dlock_owner_setting, len);
+	}
+	else
+		owner->len = snprintf(owner->str, DLOCK_OWNER_MAX, "session:%d:" INT64_FORMAT,
+							  MyProcPid, (int64) MyStartTimestamp);
+}
+
+Datum
+dlock_owner(PG_FUNCTION_ARGS)
+{
+	DLockOwner	owner;
+
+	default_owner(&owner);
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(owner.str, owner.len));
+}
+
+/* Interval to microseconds, counting a month as 30 days; false on overflow. */
+static bool
+interval_usecs(Interval *span, int64 *usecs)
+{
+	int64		days;
+	int64		result;
+
+	if (pg_mul_s64_overflow((int64) span->month, DAYS_PER_MONTH, &days) ||
+		pg_add_s64_overflow(days, span->day, &days) ||
+		pg_mul_s64_overflow(days, USECS_PER_DAY, &result) ||
+		pg_add_s64_overflow(result, span->time, &result))
+		return false;
+	*usecs = result;
+	return true;
+}
+
+static int64
+ttl_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int64		ttl;
+
+	if (PG_ARGISNULL(argno))
+		return (int64) dlock_default_ttl_ms * 1000;
+
+	if (!interval_usecs(PG_GETARG_INTERVAL_P(argno), &ttl) || ttl > DLOCK_TTL_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be at most 7 days"),
+				 errhint("Renew long leases instead of asking for a longer ttl.")));
+	if (ttl <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive")));
+	return ttl;
+}
+
+/* Timeout in microseconds; -1 waits without limit. */
+static int64
+timeout_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int64		timeout;
+
+	if (PG_ARGISNULL(argno))
+		return -1;
+	if (!interval_usecs(PG_GETARG_INTERVAL_P(argno), &timeout))
+		return -1;				/* longer than anyone can wait */
+	if (timeout < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not be negative")));
+	return timeout;
+}
+
+static void
+text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen,
+		 char **data, int *len)
+{
+	text	   *t;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	t = PG_GETARG_TEXT_PP(argno);
+	*len = VARSIZE_ANY_EXHDR(t);
+	*data = VARDATA_ANY(t);
+	if (*len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what)));
+	if (*len > maxlen)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long", what),
+				 errdetail("It has %d bytes; the limit is %d.", *len, maxlen)));
+}
+
+/*
+ * Fills a request from the (name, ttl, owner) arguments; ttl_argno < 0
+ * when the function has no ttl.
+ */
+static void
+build_request(FunctionCallInfo fcinfo, DLockRequest *req,
+			  int name_argno, int ttl_argno, int owner_argno)
+{
+	char	   *data;
+	int			len;
+
+	dlock_require_preload();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot change dlock leases during recovery"),
+				 errhint("Call dlock functions on the primary.")));
+
+	text_arg(fcinfo, name_argno, "lock name", DLOCK_NAME_MAX, &data, &len);
+	dlock_make_key(&req->key, data, len);
+	req->hash = dlock_key_hash(&req->key);
+
+	text_arg(fcinfo, owner_argno, "owner", DLOCK_OWNER_MAX, &data, &len);
+	req->owner.len = len;
+	memcpy(req->owner.str, data, len);
+
+	req->roleid = GetUserId();
+	req->ttl = ttl_argno >= 0 ? ttl_arg(fcinfo, ttl_argno) : 0;
+}
+
+/* dlock_try(name, ttl, owner) */
+Datum
+dlock_try(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+	uint64		token;
+
+	build_request(fcinfo, &req, 0, 1, 2);
+	token = dlock_lease_acquire(&req, 0);
+	if (token == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64((int64) token);
+}
+
+/* dlock_acquire(name, ttl, timeout, owner) */
+Datum
+dlock_acquire(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+	int64		timeout;
+	uint64		token;
+
+	build_request(fcinfo, &req, 0, 1, 3);
+	timeout = timeout_arg(fcinfo, 2);
+	token = dlock_lease_acquire(&req, timeout);
+	if (token == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64((int64) token);
+}
+
+/* dlock_renew(name, ttl, owner) */
+Datum
+dlock_renew(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+	TimestampTz expires_at;
+
+	build_request(fcinfo, &req, 0, 1, 2);
+	if (!dlock_lease_renew(&req, &expires_at))
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(expires_at);
+}
+
+/* dlock_release(name, owner, token) */
+Datum
+dlock_release(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+	int64		token = 0;
+
+	build_request(fcinfo, &req, 0, -1, 1);
+	if (!PG_ARGISNULL(2))
+	{
+		token = PG_GETARG_INT64(2);
+		if (token <= 0)
+			PG_RETURN_BOOL(false);	/* no lease ever has such a token */
+	}
+	PG_RETURN_BOOL(dlock_lease_release(&req, (uint64) token));
+}
+
+/*
+ * Rows of the dlock_locks view: live leases of the current database.
+ * Entries are copied under the partition locks and turned into tuples after.
+ */
+Datum
+dlock_list_locks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	DLockEntry *entry;
+	DLockEntry *copies = NULL;
+	int			ncopies = 0;
+	int			maxcopies = 64;
+	int64		now;
+	TimestampTz wall_now;
+
+	dlock_require_preload();
+	InitMaterializedSRF(fcinfo, 0);
+	copies = palloc(sizeof(DLockEntry) * maxcopies);
+
+	dlock_lock_all_partitions(LW_SHARED);
+	now = dlock_mono_now();
+	wall_now = GetCurrentTimestamp();
+	dlock_scan_begin(&status);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dbid != MyDatabaseId || !dlock_is_live(entry, now))
+			continue;
+		if (ncopies == maxcopies)
+		{
+			maxcopies *= 2;
+			copies = repalloc_huge(copies, sizeof(DLockEntry) * maxcopies);
+		}
+		copies[ncopies++] = *entry;
+	}
+	dlock_unlock_all_partitions();
+
+	for (int i = 0; i < ncopies; i++)
+	{
+		DLockEntry *e = &copies[i];
+		Datum		values[8];
+		bool		nulls[8] = {0};
+
+		values[0] = PointerGetDatum(cstring_to_text_with_len(e->key.name, e->key.len));
+		values[1] = PointerGetDatum(cstring_to_text_with_len(e->owner.str, e->owner.len));
+		values[2] = Int64GetDatum((int64) e->token);
+		values[3] = TimestampTzGetDatum(e->granted_at);
+		values[4] = TimestampTzGetDatum(dlock_mono_to_wall(e->expires, now, wall_now));
+		values[5] = ObjectIdGetDatum(e->roleid);
+		values[6] = Int32GetDatum(e->holder_pid);
+		values[7] = Int32GetDatum(e->nwaiters);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+typedef struct WaiterRow
+{
+	DLockWaiter w;
+	int			position;
+} WaiterRow;
+
+/* Rows of the dlock_waiters view, in queue order per name. */
+Datum
+dlock_list_waiters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	DLockEntry *entry;
+	WaiterRow  *rows;
+	int			nrows = 0;
+	int			nslots;
+
+	dlock_require_preload();
+	InitMaterializedSRF(fcinfo, 0);
+	(void) dlock_waiter_slots(&nslots);
+	rows = palloc(sizeof(WaiterRow) * nslots);
+
+	dlock_lock_all_partitions(LW_SHARED);
+	dlock_scan_begin(&status);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		dlist_iter	iter;
+		int			position = 0;
+
+		if (entry->key.dbid != MyDatabaseId)
+			continue;
+		dlist_foreach(iter, &entry->waiters)
+		{
+			if (nrows == nslots)
+				break;
+			rows[nrows].w = *dlist_container(DLockWaiter, node, iter.cur);
+			rows[nrows].position = ++position;
+			nrows++;
+		}
+	}
+	dlock_unlock_all_partitions();
+
+	for (int i = 0; i < nrows; i++)
+	{
+		DLockWaiter *w = &rows[i].w;
+		Datum		values[7];
+		bool		nulls[7] = {0};
+
+		values[0] = Int32GetDatum(w->pid);
+		values[1] = PointerGetDatum(cstring_to_text_with_len(w->key.name, w->key.len));
+		values[2] = PointerGetDatum(cstring_to_text_with_len(w->owner.str, w->owner.len));
+		values[3] = ObjectIdGetDatum(w->roleid);
+		values[4] = TimestampTzGetDatum(w->since);
+		values[5] = Int32GetDatum(rows[i].position);
+		if (w->deadline_wall != 0)
+			values[6] = TimestampTzGetDatum(w->deadline_wall);
+		else
+			nulls[6] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

@@ -1,0 +1,242 @@
+/*
+ * lease.c
+ *		Acquire, renew and release: the rules of a lease.
+ *
+ * A lease is held by an owner string within a role.  It is live until its
+ * expiry on the monotonic clock; after that the name is free for the next
+ * caller even if no sweeper has run.  Re-acquiring by the live holder is
+ * idempotent: same token, lease extended.
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+#include "lease.h"
+#include "wait.h"
+#include "xact.h"
+
+static bool
+is_holder(const DLockEntry *entry, const DLockRequest *req)
+{
+	return entry->roleid == req->roleid &&
+		dlock_owner_equal(&entry->owner, &req->owner);
+}
+
+/*
+ * Frees every expired lease, handing each to its next waiter.  Only used
+ * when the table is full, so the full scan is acceptable.
+ */
+static bool
+reclaim_expired(void)
+{
+	HASH_SEQ_STATUS status;
+	DLockEntry *entry;
+	PGPROC	  **wake;
+	int			nwake = 0;
+	int			nslots;
+	int64		now = dlock_mono_now();
+	bool		reclaimed = false;
+
+	(void) dlock_waiter_slots(&nslots);
+	wake = palloc(sizeof(PGPROC *) * nslots);
+
+	dlock_lock_all_partitions(LW_EXCLUSIVE);
+	dlock_scan_begin(&status);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		PGPROC	   *proc;
+
+		if (dlock_is_live(entry, now))
+			continue;
+		reclaimed |= dlist_is_empty(&entry->waiters);
+		proc = dlock_handoff(entry, dlock_key_hash(&entry->key), now);
+		if (proc != NULL && nwake < nslots)
+			wake[nwake++] = proc;
+	}
+	dlock_unlock_all_partitions();
+
+	for (int i = 0; i < nwake; i++)
+		dlock_wake(wake[i]);
+	pfree(wake);
+	return reclaimed;
+}
+
+static DLockEntry *
+find_or_create_or_fail(const DLockRequest *req, LWLock *lock)
+{
+	DLockEntry *entry;
+	bool		found;
+
+	entry = dlock_find_or_create(&req->key, req->hash, &found);
+	if (entry != NULL)
+		return entry;
+
+	LWLockRelease(lock);
+	(void) reclaim_expired();
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = dlock_find_or_create(&req->key, req->hash, &found);
+	if (entry != NULL)
+		return entry;
+
+	LWLockRelease(lock);
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("dlock lease table is full"),
+			 errdetail("All %d leases allowed by dlock.max_locks are live or awaited.",
+					   dlock_max_locks),
+			 errhint("Release leases you no longer need, or increase dlock.max_locks and restart the server.")));
+	return NULL;				/* keep compiler quiet */
+}
+
+uint64
+dlock_lease_acquire(const DLockRequest *req, int64 timeout)
+{
+	LWLock	   *lock = dlock_partition_lock(req->hash);
+	DLockEntry *entry;
+	PGPROC	   *wake = NULL;
+	int64		now;
+	uint64		token;
+	bool		was_new = true;
+	int64		prior_expires = 0;
+
+	dlock_xact_register();
+	if (timeout != 0)
+		dlock_wait_prepare();
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = find_or_create_or_fail(req, lock);
+	now = dlock_mono_now();
+
+	/* An expired lease is free: its next waiter, if any, gets it first. */
+	if (entry->token != 0 && !dlock_is_live(entry, now) &&
+		!dlist_is_empty(&entry->waiters))
+		wake = dlock_handoff(entry, req->hash, now);
+
+	if (!dlock_is_live(entry, now))
+		dlock_grant(entry, &req->owner, req->roleid, MyProcPid, req->ttl, now);
+	else if (is_holder(entry, req))
+	{
+		was_new = false;
+		prior_expires = entry->expires;
+		entry->expires = now + req->ttl;
+		entry->holder_pid = MyProcPid;
+	}
+	else if (timeout == 0)
+	{
+		LWLockRelease(lock);
+		dlock_wake(wake);
+		return 0;
+	}
+	else
+	{
+		int64		deadline = 0;
+
+		if (timeout > 0 && !pg_add_s64_overflow(now, timeout, &deadline))
+			deadline = Max(deadline, 1);
+		else
+			deadline = 0;
+		dlock_enqueue(entry, req->hash, &req->owner, req->roleid, req->ttl, deadline);
+		LWLockRelease(lock);
+		dlock_wake(wake);
+
+		token = dlock_sleep();
+		if (token != 0)
+			dlock_xact_acquired(req, token, true, 0);
+		return token;
+	}
+
+	token = entry->token;
+	LWLockRelease(lock);
+	dlock_wake(wake);
+	dlock_xact_acquired(req, token, was_new, prior_expires);
+	return token;
+}
+
+/* Returns the token of the caller's live lease, or 0. */
+static uint64
+held_token(const DLockRequest *req, int64 *now)
+{
+	LWLock	   *lock = dlock_partition_lock(req->hash);
+	DLockEntry *entry;
+	uint64		token = 0;
+
+	LWLockAcquire(lock, LW_SHARED);
+	*now = dlock_mono_now();
+	entry = dlock_find(&req->key, req->hash);
+	if (entry != NULL && dlock_is_live(entry, *now) && is_holder(entry, req))
+		token = entry->token;
+	LWLockRelease(lock);
+	return token;
+}
+
+bool
+dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
+{
+	int64		now;
+	uint64		token;
+
+	dlock_xact_register();
+	if (dlock_xact_release_pending(req))
+		return false;
+	token = held_token(req, &now);
+	if (token == 0)
+		return false;
+	dlock_xact_renew(req, token, now + req->ttl);
+	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
+	return true;
+}
+
+bool
+dlock_lease_release(const DLockRequest *req, uint64 token)
+{
+	int64		now;
+	uint64		held;
+
+	dlock_xact_register();
+	if (dlock_xact_release_pending(req))
+		return false;
+	held = held_token(req, &now);
+	if (held == 0 || (token != 0 && token != held))
+		return false;
+	dlock_xact_release(req, held);
+	return true;
+}
+
+void
+dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token)
+{
+	LWLock	   *lock = dlock_partition_lock(hash);
+	DLockEntry *entry;
+	PGPROC	   *wake = NULL;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = dlock_find(key, hash);
+	if (entry != NULL && entry->token == token)
+		wake = dlock_handoff(entry, hash, dlock_mono_now());
+	LWLockRelease(lock);
+	dlock_wake(wake);
+}
+
+/*
+ * Moves the expiry of the lease if it still carries token (a renewal at
+ * commit, or an undone re-acquisition).
+ */
+void
+dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token, int64 expires)
+{
+	LWLock	   *lock = dlock_partition_lock(hash);
+	DLockEntry *entry;
+	PGPROC	   *wake = NULL;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = dlock_find(key, hash);
+	if (entry != NULL && entry->token == token)
+	{
+		entry->expires = expires;
+		wake = dlock_head_needing_timer(entry);
+	}
+	LWLockRelease(lock);
+	dlock_wake(wake);
+}

@@ -1,0 +1,31 @@
+/*
+ * lease.h
+ *		The lease operations behind the SQL functions: acquire, renew,
+ *		release.  They combine the shared table, the wait queues and the
+ *		transaction bookkeeping.
+ */
+#ifndef DLOCK_LEASE_H
+#define DLOCK_LEASE_H
+
+#include "shmem.h"
+
+typedef struct DLockRequest
+{
+	DLockKey	key;
+	uint32		hash;
+	DLockOwner	owner;
+	Oid			roleid;
+	int64		ttl;			/* microseconds */
+} DLockRequest;
+
+/* timeout: microseconds, 0 = do not wait, -1 = wait without limit */
+extern uint64 dlock_lease_acquire(const DLockRequest *req, int64 timeout);
+extern bool dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at);
+extern bool dlock_lease_release(const DLockRequest *req, uint64 token);
+
+/* Frees the lease if it still carries token; used at commit and on undo. */
+extern void dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token);
+extern void dlock_lease_set_expiry(const DLockKey *key, uint32 hash,
+								   uint64 token, int64 expires);
+
+#endif							/* DLOCK_LEASE_H */

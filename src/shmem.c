@@ -1,0 +1,250 @@
+/*
+ * shmem.c
+ *		The shared-memory lease table.
+ *
+ * A dynahash partitioned like the heavyweight lock manager's: the low bits of
+ * a key's hash choose one of DLOCK_PARTITIONS LWLocks, so calls on different
+ * names rarely meet on one lock.  Entry count is capped by dlock.max_locks,
+ * kept exact with an atomic counter because a shared dynahash may borrow
+ * spare shared memory beyond its nominal size.
+ */
+#include "postgres.h"
+
+#include <time.h>
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+#include "shmem.h"
+#include "wait.h"
+
+typedef struct DLockShared
+{
+	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
+	pg_atomic_uint64 last_token;
+	pg_atomic_uint32 nentries;
+} DLockShared;
+
+static DLockShared *shared = NULL;
+static HTAB *lock_hash = NULL;
+
+static uint32
+key_hash_fn(const void *key, Size keysize)
+{
+	return dlock_key_hash((const DLockKey *) key);
+}
+
+static int
+key_match_fn(const void *a, const void *b, Size keysize)
+{
+	const DLockKey *ka = a;
+	const DLockKey *kb = b;
+
+	if (ka->dbid != kb->dbid || ka->len != kb->len)
+		return 1;
+	return memcmp(ka->name, kb->name, ka->len);
+}
+
+static Size
+shared_size(void)
+{
+	Size		size = MAXALIGN(sizeof(DLockShared));
+
+	size = add_size(size, dlock_wait_shmem_size());
+	return add_size(size, hash_estimate_size(dlock_max_locks, sizeof(DLockEntry)));
+}
+
+void
+dlock_shmem_request(void)
+{
+	RequestAddinShmemSpace(shared_size());
+	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS);
+}
+
+/*
+ * Runs in the postmaster at start and after every crash restart, so the
+ * table always starts empty: leases come back from the durable table.
+ */
+void
+dlock_shmem_startup(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+
+	shared = ShmemInitStruct("dlock",
+							 MAXALIGN(sizeof(DLockShared)) + dlock_wait_shmem_size(),
+							 &found);
+	if (!found)
+	{
+		shared->locks = GetNamedLWLockTranche("dlock");
+		pg_atomic_init_u64(&shared->last_token, 0);
+		pg_atomic_init_u32(&shared->nentries, 0);
+		dlock_wait_shmem_init((char *) shared + MAXALIGN(sizeof(DLockShared)));
+	}
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(DLockKey);
+	info.entrysize = sizeof(DLockEntry);
+	info.hash = key_hash_fn;
+	info.match = key_match_fn;
+	info.num_partitions = DLOCK_PARTITIONS;
+	lock_hash = ShmemInitHash("dlock leases", dlock_max_locks, dlock_max_locks,
+							  &info,
+							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_PARTITION);
+
+	LWLockRelease(AddinShmemInitLock);
+}
+
+bool
+dlock_shmem_ready(void)
+{
+	return shared != NULL;
+}
+
+/* Lease expiry runs on this clock, which wall-clock steps do not move. */
+int64
+dlock_mono_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * USECS_PER_SEC + ts.tv_nsec / 1000;
+}
+
+TimestampTz
+dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wall_now)
+{
+	return wall_now + (mono - mono_now);
+}
+
+void
+dlock_make_key(DLockKey *key, const char *name, int len)
+{
+	Assert(len > 0 && len <= DLOCK_NAME_MAX);
+	memset(key, 0, sizeof(DLockKey));
+	key->dbid = MyDatabaseId;
+	key->len = len;
+	memcpy(key->name, name, len);
+}
+
+uint32
+dlock_key_hash(const DLockKey *key)
+{
+	return hash_combine(hash_bytes_uint32(key->dbid),
+						hash_bytes((const unsigned char *) key->name, key->len));
+}
+
+LWLock *
+dlock_partition_lock(uint32 hash)
+{
+	return &shared->locks[hash % DLOCK_PARTITIONS].lock;
+}
+
+/* Always in partition order, so two scanners cannot deadlock. */
+void
+dlock_lock_all_partitions(LWLockMode mode)
+{
+	for (int i = 0; i < DLOCK_PARTITIONS; i++)
+		LWLockAcquire(&shared->locks[i].lock, mode);
+}
+
+void
+dlock_unlock_all_partitions(void)
+{
+	for (int i = DLOCK_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(&shared->locks[i].lock);
+}
+
+DLockEntry *
+dlock_find(const DLockKey *key, uint32 hash)
+{
+	return hash_search_with_hash_value(lock_hash, key, hash, HASH_FIND, NULL);
+}
+
+/*
+ * Returns NULL when the table is full.  The caller holds the partition lock
+ * exclusively.
+ */
+DLockEntry *
+dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found)
+{
+	DLockEntry *entry;
+
+	entry = hash_search_with_hash_value(lock_hash, key, hash, HASH_FIND, NULL);
+	if (entry != NULL)
+	{
+		*found = true;
+		return entry;
+	}
+
+	if (pg_atomic_fetch_add_u32(&shared->nentries, 1) >= (uint32) dlock_max_locks)
+	{
+		pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+		return NULL;
+	}
+	entry = hash_search_with_hash_value(lock_hash, key, hash, HASH_ENTER_NULL, found);
+	if (entry == NULL)
+	{
+		pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+		return NULL;
+	}
+	Assert(!*found);
+	entry->token = 0;
+	entry->expires = 0;
+	entry->granted_at = 0;
+	entry->roleid = InvalidOid;
+	entry->holder_pid = 0;
+	entry->nwaiters = 0;
+	dlist_init(&entry->waiters);
+	entry->owner.len = 0;
+	return entry;
+}
+
+void
+dlock_remove(DLockEntry *entry, uint32 hash)
+{
+	Assert(dlist_is_empty(&entry->waiters));
+	hash_search_with_hash_value(lock_hash, &entry->key, hash, HASH_REMOVE, NULL);
+	pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+}
+
+/* The caller holds every partition lock. */
+void
+dlock_scan_begin(HASH_SEQ_STATUS *status)
+{
+	hash_seq_init(status, lock_hash);
+}
+
+bool
+dlock_owner_equal(const DLockOwner *a, const DLockOwner *b)
+{
+	return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
+}
+
+bool
+dlock_is_live(const DLockEntry *entry, int64 now)
+{
+	return entry->token != 0 && entry->expires > now;
+}
+
+/*
+ * Gives the lease to a new holder with a fresh fencing token.  Tokens come
+ * from one counter, so each is above every token issued before it.
+ */
+void
+dlock_grant(DLockEntry *entry, const DLockOwner *owner, Oid roleid,
+			int pid, int64 ttl, int64 now)
+{
+	entry->token = pg_atomic_add_fetch_u64(&shared->last_token, 1);
+	entry->expires = now + ttl;
+	entry->granted_at = GetCurrentTimestamp();
+	entry->roleid = roleid;
+	entry->holder_pid = pid;
+	memcpy(&entry->owner, owner, offsetof(DLockOwner, str) + owner->len);
+}

@@ -1,0 +1,233 @@
+/*
+ * xact.c
+ *		Transaction and subtransaction callbacks for lease changes.
+ *
+ * Each change is logged with the nesting level that made it.  An aborted
+ * (sub)transaction undoes its acquisitions in reverse order and forgets its
+ * releases and renewals; a committed subtransaction hands its log to its
+ * parent; the top-level commit applies the releases and renewals.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "utils/memutils.h"
+
+#include "xact.h"
+
+typedef enum DLockOpKind
+{
+	DLOCK_OP_ACQUIRE,
+	DLOCK_OP_RELEASE,
+	DLOCK_OP_RENEW
+} DLockOpKind;
+
+typedef struct DLockOp
+{
+	DLockOpKind kind;
+	int			level;			/* transaction nesting level */
+	bool		superseded;		/* a later acquisition made it moot */
+	List	   *supersedes;		/* ACQUIRE: the earlier ops it made moot */
+	DLockKey	key;
+	uint32		hash;
+	DLockOwner	owner;
+	uint64		token;
+	bool		was_new;		/* ACQUIRE: a new grant, not an extension */
+	int64		expires;		/* RENEW: new expiry; ACQUIRE: expiry before */
+} DLockOp;
+
+static List *ops = NIL;			/* in TopTransactionContext */
+static bool registered = false;
+
+static bool
+same_lease(const DLockOp *op, const DLockRequest *req)
+{
+	return op->hash == req->hash &&
+		op->key.dbid == req->key.dbid &&
+		op->key.len == req->key.len &&
+		memcmp(op->key.name, req->key.name, op->key.len) == 0 &&
+		dlock_owner_equal(&op->owner, &req->owner);
+}
+
+static DLockOp *
+log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
+{
+	DLockOp    *op;
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+
+	op = palloc0(sizeof(DLockOp));
+	op->kind = kind;
+	op->level = GetCurrentTransactionNestLevel();
+	memcpy(&op->key, &req->key, sizeof(DLockKey));
+	op->hash = req->hash;
+	memcpy(&op->owner, &req->owner, offsetof(DLockOwner, str) + req->owner.len);
+	op->token = token;
+	ops = lappend(ops, op);
+	MemoryContextSwitchTo(oldcxt);
+	return op;
+}
+
+void
+dlock_xact_acquired(const DLockRequest *req, uint64 token, bool was_new,
+					int64 prior_expires)
+{
+	DLockOp    *op = log_op(DLOCK_OP_ACQUIRE, req, token);
+	ListCell   *lc;
+	MemoryContext oldcxt;
+
+	op->was_new = was_new;
+	op->expires = prior_expires;
+
+	/* Taking the lease again cancels a release or renewal still pending. */
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	foreach(lc, ops)
+	{
+		DLockOp    *prev = lfirst(lc);
+
+		if (prev != op && prev->kind != DLOCK_OP_ACQUIRE && !prev->superseded &&
+			same_lease(prev, req))
+		{
+			prev->superseded = true;
+			op->supersedes = lappend(op->supersedes, prev);
+		}
+	}
+	MemoryContextSwitchTo(oldcxt);
+}
+
+bool
+dlock_xact_release_pending(const DLockRequest *req)
+{
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->kind == DLOCK_OP_RELEASE && !op->superseded && same_lease(op, req))
+			return true;
+	}
+	return false;
+}
+
+void
+dlock_xact_release(const DLockRequest *req, uint64 token)
+{
+	(void) log_op(DLOCK_OP_RELEASE, req, token);
+}
+
+void
+dlock_xact_renew(const DLockRequest *req, uint64 token, int64 expires)
+{
+	DLockOp    *op = log_op(DLOCK_OP_RENEW, req, token);
+
+	op->expires = expires;
+}
+
+static void
+undo_acquire(DLockOp *op)
+{
+	ListCell   *lc;
+
+	if (op->was_new)
+		dlock_lease_free(&op->key, op->hash, op->token);
+	else
+		dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires);
+	foreach(lc, op->supersedes)
+		((DLockOp *) lfirst(lc))->superseded = false;
+}
+
+/* Drops, newest first, every op made at nesting level >= level. */
+static void
+undo_from(int level)
+{
+	List	   *kept = NIL;
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+
+	for (int i = list_length(ops) - 1; i >= 0; i--)
+	{
+		DLockOp    *op = list_nth(ops, i);
+
+		if (op->level < level)
+			kept = lcons(op, kept);
+		else if (op->kind == DLOCK_OP_ACQUIRE)
+			undo_acquire(op);
+	}
+	ops = kept;
+	MemoryContextSwitchTo(oldcxt);
+}
+
+static void
+apply_commit(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->superseded)
+			continue;
+		if (op->kind == DLOCK_OP_RELEASE)
+			dlock_lease_free(&op->key, op->hash, op->token);
+		else if (op->kind == DLOCK_OP_RENEW)
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires);
+	}
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			apply_commit();
+			ops = NIL;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			undo_from(0);
+			ops = NIL;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (ops != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that acquired, renewed or released dlock leases")));
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	if (ops == NIL)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		undo_from(level);
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		foreach(lc, ops)
+		{
+			DLockOp    *op = lfirst(lc);
+
+			if (op->level >= level)
+				op->level = level - 1;
+		}
+	}
+}
+
+void
+dlock_xact_register(void)
+{
+	if (registered)
+		return;
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+	registered = true;
+}

@@ -1,0 +1,21 @@
+/*
+ * xact.h
+ *		Making lease changes follow the caller's transaction.
+ *
+ * Acquisitions take effect at once and are undone if the (sub)transaction
+ * that made them aborts.  Releases and renewals are recorded here and
+ * applied at commit, so others see them only then.
+ */
+#ifndef DLOCK_XACT_H
+#define DLOCK_XACT_H
+
+#include "lease.h"
+
+extern void dlock_xact_register(void);
+extern void dlock_xact_acquired(const DLockRequest *req, uint64 token,
+								bool was_new, int64 prior_expires);
+extern bool dlock_xact_release_pending(const DLockRequest *req);
+extern void dlock_xact_release(const DLockRequest *req, uint64 token);
+extern void dlock_xact_renew(const DLockRequest *req, uint64 token, int64 expires);
+
+#endif							/* DLOCK_XACT_H */
