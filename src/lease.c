@@ -82,7 +82,7 @@ find_or_create_or_fail(const DLockRequest *req, LWLock *lock)
 
 	LWLockRelease(lock);
 	ereport(ERROR,
-			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			(errcode(ERRCODE_OUT_OF_MEMORY),
 			 errmsg("dlock lease table is full"),
 			 errdetail("All %d leases allowed by dlock.max_locks are live or awaited.",
 					   dlock_max_locks),
