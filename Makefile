@@ -11,7 +11,8 @@ DATA = sql/dlock--$(EXTVERSION).sql
 REGRESS = setup api errors xact capacity
 REGRESS_OPTS = --temp-config=$(srcdir)/test/dlock.conf \
 	--temp-instance=./tmp_regress
-ISOLATION = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+# isolation specs in test/specs, in this order (helpers creates shared functions)
+ISOLATION = helpers contention fifo waiter_exit expiry owner queue xact
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso \
 	--temp-config=$(srcdir)/test/dlock.conf --temp-instance=./tmp_iso \
 	--load-extension=dlock
