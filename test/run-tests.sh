@@ -1,0 +1,399 @@
+#!/usr/bin/env bash
+# test/run-tests.sh: the one test command (`make test`).
+#
+#  1. test/setup.sh installs missing packages;
+#  2. `make` and `make install` in the checkout;
+#  3. the checkout (without .git) is copied to a scratch directory owned by
+#     the test user (postgres when run as root), and every suite runs there,
+#     each on its own so that a failing suite does not stop the others:
+#       regress    pg_regress, sql/*.sql      (make installcheck, REGRESS only)
+#       isolation  test/specs/*.spec          (make installcheck, ISOLATION only)
+#       tap        test/t/*.pl                (make installcheck, TAP only)
+#       suite:*    every executable test/suites/*.sh and test/stress/run-*.sh,
+#                  one test each, exit status 0 = pass (see test/suites/README)
+#     Every suite starts its own throwaway servers; no running server is
+#     needed or touched.
+#  4. Servers left running under the scratch directory are stopped, also on
+#     Ctrl-C or kill.
+#
+# Output ends with each suite's wall time, the total, and as the very last
+# line "N passed, N failed".  Exit status is 0 only if nothing failed.
+#
+# Environment:
+#   PG_CONFIG            pg_config to build with (default: PostgreSQL 15's)
+#   DLOCK_TEST_DIR       scratch base directory (default: test/tmp)
+#   DLOCK_SUITE_TIMEOUT  seconds allowed for each test/suites script (default 900)
+#   DLOCK_SKIP_SETUP=1   do not run test/setup.sh
+set -uo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top" || exit 1
+
+if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
+	PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+fi
+export PG_CONFIG=${PG_CONFIG:-pg_config}
+
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+hr() { printf '\n=== %s ===\n' "$*"; }
+
+t_start=$(now)
+npass=0
+nfail=0
+failed_names=()
+timings=()
+current=""          # suite running now, for the interrupt report
+interrupted=0
+work=""
+scratch=""
+logdir=""
+
+# ---------------------------------------------------------------- users
+if [[ $(id -u) -eq 0 ]]; then
+	test_user=postgres
+	as_test_user=(runuser -u postgres --)
+else
+	test_user=$(id -un)
+	as_test_user=()
+fi
+
+# ---------------------------------------------------------------- cleanup
+
+# Processes of the test user whose working directory is inside the scratch
+# directory and whose name is one our suites start.  A postmaster and its
+# children always run with the data directory as working directory.
+scratch_procs() {
+	[[ -n "$work" && -d "$work" ]] || return 0
+	local pid cwd
+	for pid in $(pgrep -u "$test_user" -x 'postgres|postmaster|pg_ctl|psql|pgbench|isolationtester|pg_regress|pg_isolation_re|pgbouncer|redis-server' 2>/dev/null); do
+		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
+		case "$cwd" in
+			"$work"|"$work"/*) echo "$pid" ;;
+		esac
+	done
+}
+
+# Stops every server left under the scratch directory: an immediate
+# shutdown of each postmaster (SIGQUIT), then SIGKILL for whatever is left.
+# Prints how many processes it had to stop.
+stop_scratch_servers() {
+	[[ -n "$work" && -d "$work" ]] || { echo 0; return 0; }
+	local pids pidfile pm i n
+	pids=$(scratch_procs)
+	n=$(echo "$pids" | grep -c .)
+	if [[ -n "$pids" ]]; then
+		while IFS= read -r pidfile; do
+			pm=$(head -n 1 "$pidfile" 2>/dev/null)
+			[[ "$pm" =~ ^[0-9]+$ ]] && kill -QUIT "$pm" 2>/dev/null
+		done < <(find "$work" -name postmaster.pid 2>/dev/null)
+		for i in $(seq 50); do
+			[[ -z "$(scratch_procs)" ]] && break
+			sleep 0.1
+		done
+		pids=$(scratch_procs)
+		[[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null
+	fi
+	echo "$n"
+}
+
+descendants() {
+	local p
+	for p in $(pgrep -P "$1" 2>/dev/null); do
+		descendants "$p"
+		echo "$p"
+	done
+}
+
+on_signal() {
+	trap - INT TERM
+	interrupted=1
+	echo
+	echo "run-tests: interrupted by SIG$1${current:+ during $current}" >&2
+	local kids
+	kids=$(descendants $$)
+	[[ -n "$kids" ]] && kill -TERM $kids 2>/dev/null
+	sleep 0.2
+	kids=$(descendants $$)
+	[[ -n "$kids" ]] && kill -KILL $kids 2>/dev/null
+	exit 130
+}
+
+on_exit() {
+	local rc=$? n
+	trap - EXIT INT TERM
+	n=$(stop_scratch_servers)
+	if ((n > 0)); then
+		echo "run-tests: stopped $n leftover server process(es) under $work"
+	fi
+	if ((interrupted)); then
+		nfail=$((nfail + 1))
+		echo "interrupted; logs: ${logdir:-none}"
+		echo "total wall time $(secs "$t_start" "$(now)") s"
+		echo "$npass passed, $nfail failed"
+		exit 130
+	fi
+	exit "$rc"
+}
+
+trap on_exit EXIT
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+
+finish() {
+	local t
+	hr "summary"
+	if ((${#failed_names[@]} > 0)); then
+		echo "failed:"
+		printf '  %s\n' "${failed_names[@]}"
+	fi
+	[[ -n "$logdir" ]] && echo "logs: $logdir  (scratch copy: $scratch)"
+	for t in "${timings[@]}"; do
+		echo "$t"
+	done
+	echo "total wall time $(secs "$t_start" "$(now)") s"
+	echo "$npass passed, $nfail failed"
+	((nfail == 0))
+	exit $?
+}
+
+# A step before the suites failed: count it as one failed test and stop.
+fatal() {
+	echo "run-tests: $*" >&2
+	failed_names+=("$*")
+	nfail=$((nfail + 1))
+	finish
+}
+
+# ---------------------------------------------------------------- setup, build
+if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
+	hr "setup"
+	bash "$top/test/setup.sh" || fatal "test/setup.sh failed"
+fi
+
+hr "build"
+t0=$(now)
+make -s || fatal "make failed"
+make -s install >/dev/null || fatal "make install failed (run as root, or as a user who can write to $("$PG_CONFIG" --pkglibdir))"
+timings+=("build+install $(secs "$t0" "$(now)") s")
+
+# ---------------------------------------------------------------- scratch copy
+# The test user must be able to reach the scratch directory; a checkout
+# under /root is not reachable by postgres, so fall back to /tmp then.
+work=${DLOCK_TEST_DIR:-$top/test/tmp}
+if ((${#as_test_user[@]})) && ! "${as_test_user[@]}" test -x "$top"; then
+	work=${TMPDIR:-/tmp}/dlock-test-$(echo "$top" | md5sum | cut -c1-8)
+	echo "run-tests: $test_user cannot reach $top; using $work"
+fi
+mkdir -p "$work" || fatal "cannot create $work"
+work=$(cd "$work" && pwd)
+chmod 755 "$work"	# the test user must enter it even under umask 077
+scratch=$work/run
+logdir=$work/logs
+
+exec 9>"$work/.lock"
+flock -n 9 || { work=""; scratch=""; fatal "another run-tests.sh is using $work"; }
+
+n=$(stop_scratch_servers)
+((n > 0)) && echo "run-tests: stopped $n server process(es) left by an earlier run"
+rm -rf "$scratch" "$logdir" || fatal "cannot remove the old $scratch"
+mkdir -p "$scratch" "$logdir"
+tar -C "$top" \
+	--exclude=./.git --exclude=./test/tmp --exclude=./.demo \
+	--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
+	--exclude=./results --exclude=./log --exclude=./test/output_iso \
+	--exclude=./regression.diffs --exclude=./regression.out \
+	-cf - . | tar -C "$scratch" -xf - || fatal "cannot copy the checkout to $scratch"
+if ((${#as_test_user[@]})); then
+	chown -R "$test_user:" "$scratch" "$logdir" || fatal "cannot chown $scratch"
+fi
+echo "scratch copy: $scratch (test user: $test_user)"
+
+# Value of a variable of the project's Makefile (as PGXS sees it).
+make_var() {
+	make -s --no-print-directory -C "$scratch" --eval '__print-%: ; @echo $($*)' "__print-$1" 2>/dev/null
+}
+
+# Runs a command as the test user in the scratch copy, with a clean
+# connection environment, so only the suites' own temporary servers are used.
+run_as_test_user() {
+	(cd "$scratch" && "${as_test_user[@]}" env \
+		-u PGHOST -u PGHOSTADDR -u PGPORT -u PGDATABASE -u PGUSER \
+		-u PGPASSWORD -u PGSERVICE -u PGOPTIONS -u PGDATA \
+		PG_CONFIG="$PG_CONFIG" \
+		PATH="$("$PG_CONFIG" --bindir):$PATH" \
+		PERL5LIB="$scratch/test/perl${PERL5LIB:+:$PERL5LIB}" \
+		DLOCK_TOP="$scratch" \
+		DLOCK_LOGDIR="$logdir" \
+		"$@" 9>&-)	# the run lock (fd 9) must not live on in servers
+}
+
+# record <suite> <passed> <failed> <seconds> <failed names...>
+record() {
+	local suite=$1 p=$2 f=$3 s=$4
+	shift 4
+	npass=$((npass + p))
+	nfail=$((nfail + f))
+	local name
+	for name in "$@"; do
+		failed_names+=("$suite: $name")
+	done
+	timings+=("$(printf '%-28s %6s s  (%d passed, %d failed)' "$suite" "$s" "$p" "$f")")
+	echo "--- $suite: $p passed, $f failed, $s s"
+}
+
+# pg_regress-style suites: one test per "name ... ok|FAILED" line.
+# run_pg_regress_suite <suite> <diffs file> "<test names>" <command...>
+run_pg_regress_suite() {
+	local suite=$1 diffs=$2 tests=$3
+	shift 3
+	local log=$logdir/$suite.log t0 rc s p f names t seen
+	hr "$suite"
+	current=$suite
+	t0=$(now)
+	run_as_test_user "$@" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	s=$(secs "$t0" "$(now)")
+	p=$(grep -cE '^(test|     ) *[^ ]+ +\.\.\. (ok|failed \(ignored\))' "$log")
+	# Anything else after "name ... " is a failure: "FAILED", or a diff
+	# error such as a missing expected file (pg_regress then stops).
+	mapfile -t names < <(grep -E '^(test|     ) *[^ ]+ +\.\.\. ' "$log" |
+		grep -vE '\.\.\. (ok|failed \(ignored\))' |
+		sed -E 's/^(test|     ) *([^ ]+) +\.\.\. .*/\2/')
+	f=${#names[@]}
+	# pg_regress stops at some errors (a missing expected file, say): the
+	# tests it never reached count as failed too.
+	seen=" $(grep -E '^(test|     ) *[^ ]+ +\.\.\. ' "$log" | sed -E 's/^(test|     ) *([^ ]+) .*/\2/' | tr '\n' ' ') "
+	for t in $tests; do
+		if [[ "$seen" != *" $t "* ]]; then
+			names+=("$t (not run)")
+		fi
+	done
+	f=${#names[@]}
+	if ((rc != 0 && f == 0)); then
+		names=("suite did not run (exit status $rc)")
+		f=1
+	elif ((rc == 0 && p + f == 0)); then
+		names=("no test results found in the output")
+		f=1
+	fi
+	if ((f > 0)); then
+		if [[ -s "$diffs" ]]; then
+			echo "--- first lines of $diffs:"
+			head -n 80 "$diffs"
+		fi
+		echo "--- full output: $log"
+		[[ -e "$diffs" ]] && echo "--- diffs: $diffs"
+	fi
+	record "$suite" "$p" "$f" "$s" "${names[@]}"
+	current=""
+}
+
+run_tap_suite() {
+	local suite=tap log=$logdir/tap.log t0 rc s files p f names file base
+	hr "$suite"
+	current=$suite
+	t0=$(now)
+	run_as_test_user make --no-print-directory installcheck REGRESS= ISOLATION= 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	s=$(secs "$t0" "$(now)")
+	# prove: "Files=N, Tests=M, ..."; failed files are listed in the
+	# "Test Summary Report" as "path (Wstat: ... Tests: ... Failed: ...)".
+	files=$(sed -nE 's/^Files=([0-9]+), Tests=.*/\1/p' "$log" | tail -n 1)
+	mapfile -t names < <(sed -nE 's/^([^ ]+\.pl) +\(Wstat: .*/\1/p' "$log" | sort -u)
+	f=${#names[@]}
+	if [[ -z "$files" ]]; then
+		p=0
+		names=("prove did not run (exit status $rc)")
+		f=1
+	else
+		p=$((files - f))
+		if ((rc != 0 && f == 0)); then
+			names=("prove failed (exit status $rc)")
+			f=1
+		fi
+	fi
+	if ((f > 0)); then
+		for file in "${names[@]}"; do
+			base=$(basename "$file" .pl)
+			if [[ -f "$scratch/tmp_check/log/regress_log_$base" ]]; then
+				echo "--- last lines of $scratch/tmp_check/log/regress_log_$base:"
+				tail -n 40 "$scratch/tmp_check/log/regress_log_$base"
+			fi
+		done
+		echo "--- full output: $log; TAP logs (test and server): $scratch/tmp_check/log/"
+	fi
+	record "$suite" "$p" "$f" "$s" "${names[@]}"
+	current=""
+}
+
+run_script_suite() {
+	local rel=$1 suite log t0 rc s n
+	suite="suite:${rel#test/}"
+	log=$logdir/$(echo "${rel#test/}" | tr '/' '_').log
+	hr "$suite"
+	current=$suite
+	t0=$(now)
+	# Temporary files (and servers the script starts in mktemp -d
+	# directories) go under the scratch directory, where the cleanup finds
+	# them, unless that path is too long for a unix socket under it.
+	local tmpd=$scratch/.tmp tmpenv=()
+	if ((${#tmpd} <= 60)); then
+		mkdir -p "$tmpd" && ((${#as_test_user[@]})) && chown "$test_user:" "$tmpd"
+		tmpenv=(TMPDIR="$tmpd")
+	fi
+	run_as_test_user env "${tmpenv[@]}" \
+		timeout --foreground -k 10 "${DLOCK_SUITE_TIMEOUT:-900}" "./$rel" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	s=$(secs "$t0" "$(now)")
+	n=$(stop_scratch_servers)
+	((n > 0)) && echo "--- $suite left $n server process(es) running; stopped them"
+	if ((rc == 0)); then
+		record "$suite" 1 0 "$s"
+	else
+		((rc == 124)) && echo "--- $suite timed out after ${DLOCK_SUITE_TIMEOUT:-900} s"
+		echo "--- full output: $log"
+		record "$suite" 0 1 "$s" "exit status $rc"
+	fi
+	current=""
+}
+
+# ---------------------------------------------------------------- suites
+regress_tests=$(make_var REGRESS)
+if [[ -n "$regress_tests" ]]; then
+	run_pg_regress_suite regress "$scratch/regression.diffs" "$regress_tests" \
+		make --no-print-directory installcheck ISOLATION= TAP_TESTS=
+else
+	echo "regress: no tests, skipped"
+fi
+n=$(stop_scratch_servers)
+((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
+
+isolation_tests=$(make_var ISOLATION)
+if [[ -n "$isolation_tests" ]]; then
+	run_pg_regress_suite isolation "$scratch/test/output_iso/regression.diffs" "$isolation_tests" \
+		make --no-print-directory installcheck REGRESS= TAP_TESTS=
+else
+	echo "isolation: no tests, skipped"
+fi
+n=$(stop_scratch_servers)
+((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
+
+if [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/t/*.pl" >/dev/null; then
+	run_tap_suite
+else
+	echo "tap: no tests, skipped"
+fi
+n=$(stop_scratch_servers)
+((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
+
+declare -A seen_script=()
+for script in test/suites/*.sh test/stress/run-*.sh; do
+	[[ -f "$scratch/$script" && -x "$scratch/$script" ]] || continue
+	real=$(readlink -f "$scratch/$script")
+	[[ -n "${seen_script[$real]:-}" ]] && continue
+	seen_script[$real]=1
+	run_script_suite "$script"
+done
+
+finish
