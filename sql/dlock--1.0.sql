@@ -8,6 +8,20 @@ AS 'MODULE_PATHNAME', 'dlock_preload_check' LANGUAGE C;
 SELECT dlock_preload_check();
 DROP FUNCTION dlock_preload_check();
 
+-- The lease table: one row per durable lease, the source of truth after a
+-- restart or crash.  Written only by the functions below, as its owner;
+-- a row's version goes up on every change (compare-and-set).
+CREATE TABLE dlock_leases (
+	name text PRIMARY KEY,
+	owner text NOT NULL,
+	role oid NOT NULL,
+	token bigint NOT NULL,
+	granted_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
+	version bigint NOT NULL
+);
+REVOKE ALL ON dlock_leases FROM PUBLIC;
+
 CREATE FUNCTION dlock_owner() RETURNS text
 AS 'MODULE_PATHNAME', 'dlock_owner' LANGUAGE C STABLE;
 
@@ -40,7 +54,8 @@ AS 'MODULE_PATHNAME', 'dlock_release' LANGUAGE C VOLATILE;
 CREATE FUNCTION dlock_list_locks(
 	OUT name text, OUT owner text, OUT token bigint,
 	OUT granted_at timestamptz, OUT expires_at timestamptz,
-	OUT role regrole, OUT pid integer, OUT waiters integer)
+	OUT role regrole, OUT pid integer, OUT waiters integer,
+	OUT version bigint, OUT durable boolean)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_list_locks' LANGUAGE C VOLATILE;
 

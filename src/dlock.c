@@ -17,6 +17,7 @@ PG_MODULE_MAGIC;
 int			dlock_max_locks = 16384;
 int			dlock_default_ttl_ms = 30000;
 char	   *dlock_owner_setting = NULL;
+bool		dlock_durable = true;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -81,6 +82,13 @@ _PG_init(void)
 							   "",
 							   PGC_USERSET, 0,
 							   NULL, NULL, NULL);
+	DefineCustomBoolVariable("dlock.durable",
+							 "Store new leases in the lease table, so they survive a restart or crash.",
+							 "When off, new leases live in shared memory only: faster, but lost on restart.",
+							 &dlock_durable,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("dlock");
 
 	prev_shmem_request_hook = shmem_request_hook;

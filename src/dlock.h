@@ -18,6 +18,7 @@
 extern int	dlock_max_locks;
 extern int	dlock_default_ttl_ms;
 extern char *dlock_owner_setting;
+extern bool dlock_durable;
 
 /* Raises a clean ERROR when the library was not preloaded. */
 extern void dlock_require_preload(void);

@@ -14,6 +14,7 @@
 #include "utils/timestamp.h"
 
 #include "lease.h"
+#include "persist.h"
 #include "wait.h"
 
 PG_FUNCTION_INFO_V1(dlock_preload_check);
@@ -157,6 +158,8 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 				 errmsg("cannot change dlock leases during recovery"),
 				 errhint("Call dlock functions on the primary.")));
 
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
+
 	text_arg(fcinfo, name_argno, "lock name", DLOCK_NAME_MAX, &data, &len);
 	dlock_make_key(&req->key, data, len);
 	req->hash = dlock_key_hash(&req->key);
@@ -167,6 +170,7 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 
 	req->roleid = GetUserId();
 	req->ttl = ttl_argno >= 0 ? ttl_arg(fcinfo, ttl_argno) : 0;
+	req->durable = dlock_durable;
 }
 
 /* dlock_try(name, ttl, owner) */
@@ -247,6 +251,13 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 
 	dlock_require_preload();
 	InitMaterializedSRF(fcinfo, 0);
+	/* A standby has no grants of its own: show the replicated table. */
+	if (RecoveryInProgress())
+	{
+		dlock_persist_list(rsinfo->setResult, rsinfo->setDesc, fcinfo->flinfo->fn_oid);
+		return (Datum) 0;
+	}
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 	copies = palloc(sizeof(DLockEntry) * maxcopies);
 
 	dlock_lock_all_partitions(LW_SHARED);
@@ -269,8 +280,8 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < ncopies; i++)
 	{
 		DLockEntry *e = &copies[i];
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		Datum		values[10];
+		bool		nulls[10] = {0};
 
 		values[0] = PointerGetDatum(cstring_to_text_with_len(e->key.name, e->key.len));
 		values[1] = PointerGetDatum(cstring_to_text_with_len(e->owner.str, e->owner.len));
@@ -279,7 +290,11 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 		values[4] = TimestampTzGetDatum(dlock_mono_to_wall(e->expires, now, wall_now));
 		values[5] = ObjectIdGetDatum(e->roleid);
 		values[6] = Int32GetDatum(e->holder_pid);
+		nulls[6] = (e->holder_pid == 0);
 		values[7] = Int32GetDatum(e->nwaiters);
+		values[8] = Int64GetDatum(e->version);
+		nulls[8] = !e->durable;
+		values[9] = BoolGetDatum(e->durable);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -304,6 +319,9 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 
 	dlock_require_preload();
 	InitMaterializedSRF(fcinfo, 0);
+	if (RecoveryInProgress())
+		return (Datum) 0;
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 	(void) dlock_waiter_slots(&nslots);
 	rows = palloc(sizeof(WaiterRow) * nslots);
 

@@ -14,6 +14,7 @@
 #include "utils/memutils.h"
 
 #include "lease.h"
+#include "persist.h"
 #include "wait.h"
 #include "xact.h"
 
@@ -90,6 +91,49 @@ find_or_create_or_fail(const DLockRequest *req, LWLock *lock)
 	return NULL;				/* keep compiler quiet */
 }
 
+/*
+ * Writes a lease that shared memory now holds with token to the table, if it
+ * is durable: a new grant, an extension, or (with new_expires) a renewal.
+ */
+static void
+persist_lease(const DLockRequest *req, uint64 token, int64 new_expires)
+{
+	LWLock	   *lock = dlock_partition_lock(req->hash);
+	DLockEntry *entry;
+	DLockOwner	owner;
+	Oid			roleid;
+	TimestampTz granted_at;
+	int64		expires;
+	int64		expected;
+	int64		version;
+
+	LWLockAcquire(lock, LW_SHARED);
+	entry = dlock_find(&req->key, req->hash);
+	if (entry == NULL || entry->token != token || !entry->durable)
+	{
+		LWLockRelease(lock);
+		return;
+	}
+	memcpy(&owner, &entry->owner, offsetof(DLockOwner, str) + entry->owner.len);
+	roleid = entry->roleid;
+	granted_at = entry->granted_at;
+	expires = new_expires != 0 ? new_expires : entry->expires;
+	expected = entry->version;
+	LWLockRelease(lock);
+
+	version = dlock_persist_write(&req->key, &owner, roleid, token, granted_at,
+								  dlock_mono_to_wall(expires, dlock_mono_now(),
+													 GetCurrentTimestamp()),
+								  expected);
+	if (version == 0)
+		return;
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = dlock_find(&req->key, req->hash);
+	if (entry != NULL && entry->token == token)
+		entry->version = version;
+	LWLockRelease(lock);
+}
+
 uint64
 dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 {
@@ -115,7 +159,8 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 		wake = dlock_handoff(entry, req->hash, now);
 
 	if (!dlock_is_live(entry, now))
-		dlock_grant(entry, &req->owner, req->roleid, MyProcPid, req->ttl, now);
+		dlock_grant(entry, &req->owner, req->roleid, MyProcPid, req->ttl, now,
+					req->durable);
 	else if (is_holder(entry, req))
 	{
 		was_new = false;
@@ -137,13 +182,17 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 			deadline = Max(deadline, 1);
 		else
 			deadline = 0;
-		dlock_enqueue(entry, req->hash, &req->owner, req->roleid, req->ttl, deadline);
+		dlock_enqueue(entry, req->hash, &req->owner, req->roleid, req->ttl,
+					  deadline, req->durable);
 		LWLockRelease(lock);
 		dlock_wake(wake);
 
 		token = dlock_sleep();
-		if (token != 0)
-			dlock_xact_acquired(req, token, true, 0);
+		if (token == 0)
+			return 0;
+		/* logged first, so an error while writing the row undoes the grant */
+		dlock_xact_acquired(req, token, true, 0);
+		persist_lease(req, token, 0);
 		return token;
 	}
 
@@ -151,24 +200,34 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	LWLockRelease(lock);
 	dlock_wake(wake);
 	dlock_xact_acquired(req, token, was_new, prior_expires);
+	persist_lease(req, token, 0);
 	return token;
 }
 
-/* Returns the token of the caller's live lease, or 0. */
-static uint64
-held_token(const DLockRequest *req, int64 *now)
+/*
+ * Finds the caller's live lease: its token, version and whether it is
+ * durable.  Returns false when the caller holds none.
+ */
+static bool
+held_lease(const DLockRequest *req, uint64 *token, int64 *version, bool *durable,
+		   int64 *now)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	DLockEntry *entry;
-	uint64		token = 0;
+	bool		held = false;
 
 	LWLockAcquire(lock, LW_SHARED);
 	*now = dlock_mono_now();
 	entry = dlock_find(&req->key, req->hash);
 	if (entry != NULL && dlock_is_live(entry, *now) && is_holder(entry, req))
-		token = entry->token;
+	{
+		*token = entry->token;
+		*version = entry->version;
+		*durable = entry->durable;
+		held = true;
+	}
 	LWLockRelease(lock);
-	return token;
+	return held;
 }
 
 bool
@@ -176,14 +235,16 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 {
 	int64		now;
 	uint64		token;
+	int64		version;
+	bool		durable;
 
 	dlock_xact_register();
-	if (dlock_xact_release_pending(req))
-		return false;
-	token = held_token(req, &now);
-	if (token == 0)
+	if (dlock_xact_release_pending(req) ||
+		!held_lease(req, &token, &version, &durable, &now))
 		return false;
 	dlock_xact_renew(req, token, now + req->ttl);
+	if (durable)
+		persist_lease(req, token, now + req->ttl);
 	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
 	return true;
 }
@@ -193,19 +254,22 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 {
 	int64		now;
 	uint64		held;
+	int64		version;
+	bool		durable;
 
 	dlock_xact_register();
-	if (dlock_xact_release_pending(req))
+	if (dlock_xact_release_pending(req) ||
+		!held_lease(req, &held, &version, &durable, &now) ||
+		(token != 0 && token != held))
 		return false;
-	held = held_token(req, &now);
-	if (held == 0 || (token != 0 && token != held))
-		return false;
-	dlock_xact_release(req, held);
+	dlock_xact_release(req, held, durable);
+	if (durable)
+		dlock_persist_delete(&req->key, held, version);
 	return true;
 }
 
 void
-dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token)
+dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_deleted)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
 	DLockEntry *entry;
@@ -214,7 +278,11 @@ dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token)
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	entry = dlock_find(key, hash);
 	if (entry != NULL && entry->token == token)
+	{
+		if (row_deleted)
+			entry->version = 0;
 		wake = dlock_handoff(entry, hash, dlock_mono_now());
+	}
 	LWLockRelease(lock);
 	dlock_wake(wake);
 }

@@ -16,6 +16,7 @@ typedef struct DLockRequest
 	DLockOwner	owner;
 	Oid			roleid;
 	int64		ttl;			/* microseconds */
+	bool		durable;		/* a new grant goes to the lease table */
 } DLockRequest;
 
 /* timeout: microseconds, 0 = do not wait, -1 = wait without limit */
@@ -23,8 +24,12 @@ extern uint64 dlock_lease_acquire(const DLockRequest *req, int64 timeout);
 extern bool dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at);
 extern bool dlock_lease_release(const DLockRequest *req, uint64 token);
 
-/* Frees the lease if it still carries token; used at commit and on undo. */
-extern void dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token);
+/*
+ * Frees the lease if it still carries token; used at commit and on undo.
+ * row_deleted: the caller's transaction deleted the lease's row.
+ */
+extern void dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token,
+							 bool row_deleted);
 extern void dlock_lease_set_expiry(const DLockKey *key, uint32 hash,
 								   uint64 token, int64 expires);
 

@@ -19,15 +19,26 @@
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
+#include "persist.h"
 #include "shmem.h"
 #include "wait.h"
 
 typedef struct DLockShared
 {
 	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
-	pg_atomic_uint64 last_token;
 	pg_atomic_uint32 nentries;
 } DLockShared;
+
+/* The fixed-size parts, laid out one after another. */
+static Size
+fixed_size(void)
+{
+	Size		size = MAXALIGN(sizeof(DLockShared));
+
+	size = add_size(size, dlock_token_shmem_size());
+	size = add_size(size, dlock_db_shmem_size());
+	return add_size(size, dlock_wait_shmem_size());
+}
 
 static DLockShared *shared = NULL;
 static HTAB *lock_hash = NULL;
@@ -52,17 +63,15 @@ key_match_fn(const void *a, const void *b, Size keysize)
 static Size
 shared_size(void)
 {
-	Size		size = MAXALIGN(sizeof(DLockShared));
-
-	size = add_size(size, dlock_wait_shmem_size());
-	return add_size(size, hash_estimate_size(dlock_max_locks, sizeof(DLockEntry)));
+	return add_size(fixed_size(), hash_estimate_size(dlock_max_locks, sizeof(DLockEntry)));
 }
 
 void
 dlock_shmem_request(void)
 {
 	RequestAddinShmemSpace(shared_size());
-	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS);
+	/* the partition locks, then the token lock */
+	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 1);
 }
 
 /*
@@ -77,15 +86,18 @@ dlock_shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 
-	shared = ShmemInitStruct("dlock",
-							 MAXALIGN(sizeof(DLockShared)) + dlock_wait_shmem_size(),
-							 &found);
+	shared = ShmemInitStruct("dlock", fixed_size(), &found);
 	if (!found)
 	{
+		char	   *next = (char *) shared + MAXALIGN(sizeof(DLockShared));
+
 		shared->locks = GetNamedLWLockTranche("dlock");
-		pg_atomic_init_u64(&shared->last_token, 0);
 		pg_atomic_init_u32(&shared->nentries, 0);
-		dlock_wait_shmem_init((char *) shared + MAXALIGN(sizeof(DLockShared)));
+		dlock_token_shmem_init(next, &shared->locks[DLOCK_PARTITIONS].lock);
+		next += dlock_token_shmem_size();
+		dlock_db_shmem_init(next);
+		next += dlock_db_shmem_size();
+		dlock_wait_shmem_init(next);
 	}
 
 	memset(&info, 0, sizeof(info));
@@ -200,6 +212,8 @@ dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found)
 	entry->granted_at = 0;
 	entry->roleid = InvalidOid;
 	entry->holder_pid = 0;
+	entry->durable = false;
+	entry->version = 0;
 	entry->nwaiters = 0;
 	dlist_init(&entry->waiters);
 	entry->owner.len = 0;
@@ -234,14 +248,15 @@ dlock_is_live(const DLockEntry *entry, int64 now)
 }
 
 /*
- * Gives the lease to a new holder with a fresh fencing token.  Tokens come
- * from one counter, so each is above every token issued before it.
+ * Gives the lease to a new holder with a fresh fencing token.  The row
+ * version is kept: it still describes what the table holds for the name.
  */
 void
 dlock_grant(DLockEntry *entry, const DLockOwner *owner, Oid roleid,
-			int pid, int64 ttl, int64 now)
+			int pid, int64 ttl, int64 now, bool durable)
 {
-	entry->token = pg_atomic_add_fetch_u64(&shared->last_token, 1);
+	entry->token = dlock_token_next();
+	entry->durable = durable;
 	entry->expires = now + ttl;
 	entry->granted_at = GetCurrentTimestamp();
 	entry->roleid = roleid;

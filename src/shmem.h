@@ -38,6 +38,8 @@ typedef struct DLockEntry
 	TimestampTz granted_at;		/* wall clock, for display */
 	Oid			roleid;			/* role that took the lease */
 	int			holder_pid;		/* backend that took or last extended it */
+	bool		durable;		/* stored in the lease table */
+	int64		version;		/* version of its table row, as last written */
 	int			nwaiters;
 	dlist_head	waiters;		/* DLockWaiter, FIFO */
 	DLockOwner	owner;
@@ -64,6 +66,6 @@ extern void dlock_scan_begin(HASH_SEQ_STATUS *status);
 extern bool dlock_owner_equal(const DLockOwner *a, const DLockOwner *b);
 extern bool dlock_is_live(const DLockEntry *entry, int64 now);
 extern void dlock_grant(DLockEntry *entry, const DLockOwner *owner, Oid roleid,
-						int pid, int64 ttl, int64 now);
+						int pid, int64 ttl, int64 now, bool durable);
 
 #endif							/* DLOCK_SHMEM_H */

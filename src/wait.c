@@ -85,7 +85,7 @@ dlock_wait_prepare(void)
 /* The caller holds the entry's partition lock exclusively. */
 void
 dlock_enqueue(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
-			  Oid roleid, int64 ttl, int64 deadline)
+			  Oid roleid, int64 ttl, int64 deadline, bool durable)
 {
 	DLockWaiter *w = my_slot;
 
@@ -101,6 +101,7 @@ dlock_enqueue(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
 	w->deadline_wall = deadline == 0 ? 0 :
 		dlock_mono_to_wall(deadline, dlock_mono_now(), w->since);
 	w->roleid = roleid;
+	w->durable = durable;
 	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
 	w->state = DLOCK_WAIT_QUEUED;
 	dlist_push_tail(&entry->waiters, &w->node);
@@ -123,7 +124,7 @@ dlock_handoff(DLockEntry *entry, uint32 hash, int64 now)
 	}
 	w = dlist_container(DLockWaiter, node, dlist_pop_head_node(&entry->waiters));
 	entry->nwaiters--;
-	dlock_grant(entry, &w->owner, w->roleid, w->pid, w->ttl, now);
+	dlock_grant(entry, &w->owner, w->roleid, w->pid, w->ttl, now, w->durable);
 	w->token = entry->token;
 	w->state = DLOCK_WAIT_GRANTED;
 	return w->proc;

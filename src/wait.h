@@ -37,6 +37,7 @@ typedef struct DLockWaiter
 	TimestampTz since;
 	TimestampTz deadline_wall;	/* for display; 0 = none */
 	Oid			roleid;
+	bool		durable;
 	DLockOwner	owner;
 } DLockWaiter;
 
@@ -44,7 +45,7 @@ extern Size dlock_wait_shmem_size(void);
 extern void dlock_wait_shmem_init(void *base);
 
 extern void dlock_enqueue(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
-						  Oid roleid, int64 ttl, int64 deadline);
+						  Oid roleid, int64 ttl, int64 deadline, bool durable);
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_sleep(void);
 extern PGPROC *dlock_handoff(DLockEntry *entry, uint32 hash, int64 now);

@@ -32,6 +32,7 @@ typedef struct DLockOp
 	DLockOwner	owner;
 	uint64		token;
 	bool		was_new;		/* ACQUIRE: a new grant, not an extension */
+	bool		durable;		/* RELEASE: the lease's row was deleted */
 	int64		expires;		/* RENEW: new expiry; ACQUIRE: expiry before */
 } DLockOp;
 
@@ -109,9 +110,11 @@ dlock_xact_release_pending(const DLockRequest *req)
 }
 
 void
-dlock_xact_release(const DLockRequest *req, uint64 token)
+dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 {
-	(void) log_op(DLOCK_OP_RELEASE, req, token);
+	DLockOp    *op = log_op(DLOCK_OP_RELEASE, req, token);
+
+	op->durable = durable;
 }
 
 void
@@ -128,7 +131,7 @@ undo_acquire(DLockOp *op)
 	ListCell   *lc;
 
 	if (op->was_new)
-		dlock_lease_free(&op->key, op->hash, op->token);
+		dlock_lease_free(&op->key, op->hash, op->token, false);
 	else
 		dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires);
 	foreach(lc, op->supersedes)
@@ -167,7 +170,7 @@ apply_commit(void)
 		if (op->superseded)
 			continue;
 		if (op->kind == DLOCK_OP_RELEASE)
-			dlock_lease_free(&op->key, op->hash, op->token);
+			dlock_lease_free(&op->key, op->hash, op->token, op->durable);
 		else if (op->kind == DLOCK_OP_RENEW)
 			dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires);
 	}

@@ -15,7 +15,7 @@ extern void dlock_xact_register(void);
 extern void dlock_xact_acquired(const DLockRequest *req, uint64 token,
 								bool was_new, int64 prior_expires);
 extern bool dlock_xact_release_pending(const DLockRequest *req);
-extern void dlock_xact_release(const DLockRequest *req, uint64 token);
+extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable);
 extern void dlock_xact_renew(const DLockRequest *req, uint64 token, int64 expires);
 
 #endif							/* DLOCK_XACT_H */

@@ -1,0 +1,685 @@
+/*
+ * persist.c
+ *		Durable state: fencing tokens that never go backwards, and the
+ *		per-database lease table that is the source of truth after a crash.
+ *
+ * Tokens are handed out from blocks reserved in a small file in the data
+ * directory, fsync'ed before any token of the block is used, so a crash
+ * (even with synchronous_commit off, even for a transaction that never
+ * committed) cannot reissue one.  The WAL timeline sits in the high bits, so
+ * a promoted standby's tokens are above any the old primary issued, whether
+ * or not that WAL ever reached the standby.
+ *
+ * Lease rows are written through SPI in the caller's transaction as the
+ * table's owner, each write a compare-and-set on the row's version; a failed
+ * compare re-reads the row and never overwrites a newer lease.
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/condition_variable.h"
+#include "storage/fd.h"
+#include "storage/procarray.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "persist.h"
+
+/* ---------------------------------------------------------------------
+ * Token allocator
+ * --------------------------------------------------------------------- */
+
+#define TOKEN_FILE			"pg_dlock.tokens"
+#define TOKEN_FILE_TMP		"pg_dlock.tokens.tmp"
+#define TOKEN_BLOCK			UINT64CONST(1000000)
+#define TOKEN_TLI_SHIFT		48
+
+typedef struct TokenState
+{
+	LWLock	   *lock;
+	uint64		next;			/* next token to hand out */
+	uint64		reserved_end;	/* the file covers every token below this */
+} TokenState;
+
+static TokenState *tokens = NULL;
+
+Size
+dlock_token_shmem_size(void)
+{
+	return MAXALIGN(sizeof(TokenState));
+}
+
+/* Runs in the postmaster: at start and after a crash. */
+void
+dlock_token_shmem_init(void *base, LWLock *lock)
+{
+	FILE	   *file;
+	uint64		end = 0;
+
+	tokens = base;
+	tokens->lock = lock;
+
+	file = AllocateFile(TOKEN_FILE, "r");
+	if (file == NULL)
+	{
+		if (errno != ENOENT)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not open file \"%s\": %m", TOKEN_FILE)));
+	}
+	else
+	{
+		if (fscanf(file, UINT64_FORMAT, &end) != 1)
+			ereport(FATAL,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("file \"%s\" does not hold a token reservation", TOKEN_FILE),
+					 errhint("Fencing tokens could go backwards: restore the file, or write into it a number above every token ever issued.")));
+		FreeFile(file);
+	}
+	/* Anything below the reservation may have been handed out already. */
+	tokens->next = end;
+	tokens->reserved_end = end;
+}
+
+static void
+reserve_tokens(uint64 end)
+{
+	FILE	   *file;
+
+	file = AllocateFile(TOKEN_FILE_TMP, PG_BINARY_W);
+	if (file == NULL ||
+		fprintf(file, UINT64_FORMAT "\n", end) < 0 ||
+		fflush(file) != 0 ||
+		pg_fsync(fileno(file)) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not write file \"%s\": %m", TOKEN_FILE_TMP)));
+	if (FreeFile(file) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not close file \"%s\": %m", TOKEN_FILE_TMP)));
+	(void) durable_rename(TOKEN_FILE_TMP, TOKEN_FILE, ERROR);
+}
+
+/*
+ * Returns a token above every token handed out before.  Callers may hold a
+ * partition lock; a reservation (one file write and fsync per million
+ * tokens, or after a promotion) happens under the token lock.
+ */
+uint64
+dlock_token_next(void)
+{
+	uint64		base = (uint64) GetWALInsertionTimeLine() << TOKEN_TLI_SHIFT;
+	uint64		token;
+
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	if (tokens->next < base)
+		tokens->next = base;
+	if (tokens->next >= tokens->reserved_end)
+	{
+		reserve_tokens(tokens->next + TOKEN_BLOCK);
+		tokens->reserved_end = tokens->next + TOKEN_BLOCK;
+	}
+	token = tokens->next++;
+	LWLockRelease(tokens->lock);
+	return token;
+}
+
+/* Tokens already stored in a lease table are never handed out again. */
+static void
+raise_token_floor(uint64 floor)
+{
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	if (tokens->next < floor)
+		tokens->next = floor;
+	LWLockRelease(tokens->lock);
+}
+
+/* ---------------------------------------------------------------------
+ * Per-database load state
+ * --------------------------------------------------------------------- */
+
+#define DLOCK_MAX_DATABASES	64
+
+typedef enum DbState
+{
+	DB_NOT_LOADED,
+	DB_LOADING,
+	DB_LOADED
+} DbState;
+
+typedef struct DbSlot
+{
+	Oid			dbid;			/* InvalidOid: free slot */
+	Oid			relid;			/* lease table the state was loaded from */
+	DbState		state;
+	int			loader_pid;
+} DbSlot;
+
+typedef struct DbSlots
+{
+	slock_t		mutex;
+	ConditionVariable cv;		/* broadcast when a load ends */
+	DbSlot		slots[DLOCK_MAX_DATABASES];
+} DbSlots;
+
+static DbSlots *dbs = NULL;
+
+Size
+dlock_db_shmem_size(void)
+{
+	return MAXALIGN(sizeof(DbSlots));
+}
+
+void
+dlock_db_shmem_init(void *base)
+{
+	dbs = base;
+	memset(dbs, 0, sizeof(DbSlots));
+	SpinLockInit(&dbs->mutex);
+	ConditionVariableInit(&dbs->cv);
+}
+
+/* ---------------------------------------------------------------------
+ * The lease table of the current database, as this backend knows it
+ * --------------------------------------------------------------------- */
+
+static Oid	lease_relid = InvalidOid;
+static Oid	lease_owner = InvalidOid;
+static Oid	plans_relid = InvalidOid;
+static char *lease_table = NULL;	/* qualified, quoted name */
+static SPIPlanPtr plan_write = NULL;
+static SPIPlanPtr plan_read = NULL;
+static SPIPlanPtr plan_delete = NULL;
+static DbSlot *my_slot = NULL;
+
+static void
+relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == lease_relid)
+		lease_relid = InvalidOid;
+}
+
+static void
+forget_plans(void)
+{
+	SPIPlanPtr *plans[] = {&plan_write, &plan_read, &plan_delete};
+
+	for (size_t i = 0; i < lengthof(plans); i++)
+	{
+		if (*plans[i] != NULL)
+			SPI_freeplan(*plans[i]);
+		*plans[i] = NULL;
+	}
+}
+
+/* Finds the table next to the calling function, in the extension's schema. */
+static void
+lookup_table(Oid fn_oid)
+{
+	static bool callback_registered = false;
+	Oid			nsp;
+	Oid			relid;
+	HeapTuple	tuple;
+
+	if (OidIsValid(lease_relid))
+		return;
+
+	nsp = get_func_namespace(fn_oid);
+	relid = get_relname_relid("dlock_leases", nsp);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dlock's lease table is missing from this database"),
+				 errhint("Drop and create the extension again.")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	lease_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	if (relid != plans_relid)
+	{
+		forget_plans();
+		if (lease_table != NULL)
+			pfree(lease_table);
+		lease_table = MemoryContextStrdup(TopMemoryContext,
+										  quote_qualified_identifier(get_namespace_name(nsp),
+																	 "dlock_leases"));
+		plans_relid = relid;
+	}
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
+	lease_relid = relid;
+}
+
+static SPIPlanPtr
+prepare(const char *fmt, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan;
+
+	plan = SPI_prepare(psprintf(fmt, lease_table), nargs, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+/* SPI work runs as the table's owner: callers need no rights on it. */
+typedef struct AsOwner
+{
+	Oid			userid;
+	int			sec_context;
+} AsOwner;
+
+static void
+spi_begin(AsOwner *saved)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
+	SetUserIdAndSecContext(lease_owner, saved->sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+}
+
+static void
+spi_end(AsOwner *saved)
+{
+	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+	SPI_finish();
+}
+
+static DbSlot *
+claim_db_slot(void)
+{
+	DbSlot	   *free_slot = NULL;
+	Oid			stale[DLOCK_MAX_DATABASES];
+	int			nstale = 0;
+
+	SpinLockAcquire(&dbs->mutex);
+	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+	{
+		DbSlot	   *s = &dbs->slots[i];
+
+		if (s->dbid == MyDatabaseId)
+		{
+			SpinLockRelease(&dbs->mutex);
+			return s;
+		}
+		if (s->dbid == InvalidOid && free_slot == NULL)
+			free_slot = s;
+		else if (s->dbid != InvalidOid)
+			stale[nstale++] = s->dbid;
+	}
+	if (free_slot != NULL)
+	{
+		free_slot->dbid = MyDatabaseId;
+		free_slot->relid = InvalidOid;
+		free_slot->state = DB_NOT_LOADED;
+		SpinLockRelease(&dbs->mutex);
+		return free_slot;
+	}
+	SpinLockRelease(&dbs->mutex);
+
+	/* All taken: slots of dropped databases can be reused. */
+	for (int i = 0; i < nstale; i++)
+	{
+		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(stale[i])))
+			continue;
+		SpinLockAcquire(&dbs->mutex);
+		for (int j = 0; j < DLOCK_MAX_DATABASES; j++)
+		{
+			DbSlot	   *s = &dbs->slots[j];
+
+			if (s->dbid == stale[i] && s->state != DB_LOADING)
+			{
+				s->dbid = MyDatabaseId;
+				s->relid = InvalidOid;
+				s->state = DB_NOT_LOADED;
+				SpinLockRelease(&dbs->mutex);
+				return s;
+			}
+		}
+		SpinLockRelease(&dbs->mutex);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("dlock is in use in too many databases"),
+			 errdetail("At most %d databases of a cluster can use dlock at once.",
+					   DLOCK_MAX_DATABASES)));
+	return NULL;				/* keep compiler quiet */
+}
+
+/* Drops this database's leases from shared memory (its table was replaced). */
+static void
+purge_database(void)
+{
+	HASH_SEQ_STATUS status;
+	DLockEntry *entry;
+
+	dlock_lock_all_partitions(LW_EXCLUSIVE);
+	dlock_scan_begin(&status);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dbid == MyDatabaseId && dlist_is_empty(&entry->waiters))
+			dlock_remove(entry, dlock_key_hash(&entry->key));
+	}
+	dlock_unlock_all_partitions();
+}
+
+static void
+load_rows(void)
+{
+	AsOwner		saved;
+	uint64		max_token = 0;
+	int64		mono_now;
+	TimestampTz wall_now;
+
+	spi_begin(&saved);
+	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version"
+							 " FROM %s WHERE expires_at > clock_timestamp()", lease_table),
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the dlock lease table");
+
+	mono_now = dlock_mono_now();
+	wall_now = GetCurrentTimestamp();
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		text	   *name = DatumGetTextPP(SPI_getbinval(tuple, desc, 1, &isnull));
+		text	   *owner = DatumGetTextPP(SPI_getbinval(tuple, desc, 2, &isnull));
+		uint64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+		DLockKey	key;
+		uint32		hash;
+		DLockEntry *entry;
+		bool		found;
+		LWLock	   *lock;
+
+		dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+		hash = dlock_key_hash(&key);
+		lock = dlock_partition_lock(hash);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = dlock_find_or_create(&key, hash, &found);
+		if (entry != NULL && entry->token < token)
+		{
+			entry->token = token;
+			entry->owner.len = VARSIZE_ANY_EXHDR(owner);
+			memcpy(entry->owner.str, VARDATA_ANY(owner), entry->owner.len);
+			entry->roleid = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
+			entry->granted_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+			entry->expires = mono_now +
+				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
+			entry->version = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
+			entry->durable = true;
+			entry->holder_pid = 0;
+		}
+		LWLockRelease(lock);
+		if (entry == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("dlock lease table is full while restoring leases"),
+					 errhint("Increase dlock.max_locks and restart the server.")));
+		max_token = Max(max_token, token);
+	}
+	spi_end(&saved);
+	raise_token_floor(max_token + 1);
+}
+
+static void
+load_database(DbSlot *slot, Oid old_relid)
+{
+	PG_TRY();
+	{
+		if (OidIsValid(old_relid) && old_relid != lease_relid)
+			purge_database();
+		load_rows();
+	}
+	PG_CATCH();
+	{
+		SpinLockAcquire(&dbs->mutex);
+		slot->state = DB_NOT_LOADED;
+		SpinLockRelease(&dbs->mutex);
+		ConditionVariableBroadcast(&dbs->cv);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	SpinLockAcquire(&dbs->mutex);
+	slot->state = DB_LOADED;
+	SpinLockRelease(&dbs->mutex);
+	ConditionVariableBroadcast(&dbs->cv);
+}
+
+/*
+ * Before any call is served in a database, its leases are restored from its
+ * table: after a restart, a crash, a promotion, or a re-created extension.
+ * One backend loads; others wait (interruptibly) and take over if it dies.
+ */
+void
+dlock_persist_ensure_loaded(Oid fn_oid)
+{
+	lookup_table(fn_oid);
+	if (my_slot == NULL)
+		my_slot = claim_db_slot();
+	if (my_slot->state == DB_LOADED && my_slot->relid == lease_relid)
+		return;
+
+	for (;;)
+	{
+		bool		claimed = false;
+		int			loader = 0;
+		Oid			old_relid = InvalidOid;
+
+		SpinLockAcquire(&dbs->mutex);
+		if (my_slot->state == DB_LOADED && my_slot->relid == lease_relid)
+		{
+			SpinLockRelease(&dbs->mutex);
+			break;
+		}
+		if (my_slot->state == DB_LOADING)
+			loader = my_slot->loader_pid;
+		else
+		{
+			old_relid = my_slot->relid;
+			my_slot->state = DB_LOADING;
+			my_slot->loader_pid = MyProcPid;
+			my_slot->relid = lease_relid;
+			claimed = true;
+		}
+		SpinLockRelease(&dbs->mutex);
+
+		if (claimed)
+		{
+			load_database(my_slot, old_relid);
+			break;
+		}
+		if (BackendPidGetProc(loader) == NULL)
+		{
+			/* the loader died mid-way: let someone start over */
+			SpinLockAcquire(&dbs->mutex);
+			if (my_slot->state == DB_LOADING && my_slot->loader_pid == loader)
+				my_slot->state = DB_NOT_LOADED;
+			SpinLockRelease(&dbs->mutex);
+			continue;
+		}
+		(void) ConditionVariableTimedSleep(&dbs->cv, 100, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+}
+
+/* ---------------------------------------------------------------------
+ * Row writes
+ * --------------------------------------------------------------------- */
+
+/* Reads (version, token) of the row for key; false when there is none. */
+static bool
+read_row(Datum name, int64 *version, uint64 *token)
+{
+	Datum		args[1] = {name};
+	bool		isnull;
+
+	if (plan_read == NULL)
+	{
+		Oid			types[1] = {TEXTOID};
+
+		plan_read = prepare("SELECT version, token FROM %s WHERE name = $1", 1, types);
+	}
+	if (SPI_execute_plan(plan_read, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read a dlock lease row");
+	if (SPI_processed == 0)
+		return false;
+	*version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*token = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return true;
+}
+
+#define MAX_CAS_ATTEMPTS	10
+
+static void
+too_many_attempts(const DLockKey *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not update the lease row of \"%.*s\": it kept changing",
+					key->len, key->name)));
+}
+
+/*
+ * Stores a lease (grant, takeover, extension or renewal) as a
+ * compare-and-set on the row's version; expected_version 0 means no row is
+ * known.  Returns the row's new version, or 0 when the row already holds a
+ * newer lease than this one, which is then left alone.
+ */
+int64
+dlock_persist_write(const DLockKey *key, const DLockOwner *owner, Oid roleid,
+					uint64 token, TimestampTz granted_at, TimestampTz expires_at,
+					int64 expected_version)
+{
+	AsOwner		saved;
+	Datum		args[7];
+	int64		version = 0;
+	int			attempt;
+
+	spi_begin(&saved);
+	if (plan_write == NULL)
+	{
+		Oid			types[7] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID};
+
+		plan_write = prepare("INSERT INTO %s AS l"
+							 " (name, owner, role, token, granted_at, expires_at, version)"
+							 " VALUES ($1, $2, $3, $4, $5, $6, 1)"
+							 " ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner,"
+							 " role = EXCLUDED.role, token = EXCLUDED.token,"
+							 " granted_at = EXCLUDED.granted_at, expires_at = EXCLUDED.expires_at,"
+							 " version = l.version + 1"
+							 " WHERE l.version = $7 AND l.token <= EXCLUDED.token"
+							 " RETURNING version", 7, types);
+	}
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = PointerGetDatum(cstring_to_text_with_len(owner->str, owner->len));
+	args[2] = ObjectIdGetDatum(roleid);
+	args[3] = Int64GetDatum((int64) token);
+	args[4] = TimestampTzGetDatum(granted_at);
+	args[5] = TimestampTzGetDatum(expires_at);
+
+	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
+	{
+		bool		isnull;
+		uint64		row_token;
+
+		args[6] = Int64GetDatum(expected_version);
+		if (SPI_execute_plan(plan_write, args, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "could not write a dlock lease row");
+		if (SPI_processed == 1)
+		{
+			version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+			break;
+		}
+		/* The compare failed: look at what is there now. */
+		if (!read_row(args[0], &expected_version, &row_token))
+			expected_version = 0;
+		else if (row_token > token)
+			break;				/* superseded by a newer lease */
+	}
+	spi_end(&saved);
+	if (attempt == MAX_CAS_ATTEMPTS)
+		too_many_attempts(key);
+	if (version != 0)
+		ForceSyncCommit();
+	return version;
+}
+
+/* Deletes the row of the lease with token (a release), by version CAS. */
+void
+dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version)
+{
+	AsOwner		saved;
+	Datum		args[3];
+	int			attempt;
+
+	spi_begin(&saved);
+	if (plan_delete == NULL)
+	{
+		Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
+
+		plan_delete = prepare("DELETE FROM %s WHERE name = $1 AND token = $2 AND version = $3",
+							  3, types);
+	}
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = Int64GetDatum((int64) token);
+	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
+	{
+		uint64		row_token;
+
+		args[2] = Int64GetDatum(expected_version);
+		if (SPI_execute_plan(plan_delete, args, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not delete a dlock lease row");
+		if (SPI_processed > 0 ||
+			!read_row(args[0], &expected_version, &row_token) ||
+			row_token != token)
+			break;				/* deleted, or the row is not this lease's */
+	}
+	spi_end(&saved);
+	if (attempt == MAX_CAS_ATTEMPTS)
+		too_many_attempts(key);
+	ForceSyncCommit();
+}
+
+/* The leases of the table, for dlock_locks on a hot standby. */
+void
+dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc, Oid fn_oid)
+{
+	AsOwner		saved;
+
+	lookup_table(fn_oid);
+	spi_begin(&saved);
+	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
+							 " NULL::int, 0, version, true FROM %s"
+							 " WHERE expires_at > clock_timestamp()", lease_table),
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the dlock lease table");
+	for (uint64 i = 0; i < SPI_processed; i++)
+		tuplestore_puttuple(tupstore, SPI_tuptable->vals[i]);
+	spi_end(&saved);
+}

@@ -1,0 +1,31 @@
+/*
+ * persist.h
+ *		Durability: the fencing-token allocator and the per-database lease
+ *		table that rebuilds shared memory after a restart or crash.
+ */
+#ifndef DLOCK_PERSIST_H
+#define DLOCK_PERSIST_H
+
+#include "access/tupdesc.h"
+#include "utils/tuplestore.h"
+
+#include "lease.h"
+
+/* token allocator (cluster-wide) */
+extern Size dlock_token_shmem_size(void);
+extern void dlock_token_shmem_init(void *base, LWLock *lock);
+extern uint64 dlock_token_next(void);
+
+/* per-database state and lease table */
+extern Size dlock_db_shmem_size(void);
+extern void dlock_db_shmem_init(void *base);
+extern void dlock_persist_ensure_loaded(Oid fn_oid);
+extern int64 dlock_persist_write(const DLockKey *key, const DLockOwner *owner,
+								 Oid roleid, uint64 token, TimestampTz granted_at,
+								 TimestampTz expires_at, int64 expected_version);
+extern void dlock_persist_delete(const DLockKey *key, uint64 token,
+								 int64 expected_version);
+extern void dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc,
+							   Oid fn_oid);
+
+#endif							/* DLOCK_PERSIST_H */
