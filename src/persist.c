@@ -290,8 +290,13 @@ typedef struct AsOwner
 } AsOwner;
 
 static void
-spi_begin(AsOwner *saved)
+spi_begin(AsOwner *saved, bool write)
 {
+	if (write && XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot change a durable dlock lease in a read-only transaction"),
+				 errhint("Use a read-write transaction, or SET dlock.durable = off for leases kept in memory only.")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
@@ -392,7 +397,7 @@ load_rows(void)
 	int64		mono_now;
 	TimestampTz wall_now;
 
-	spi_begin(&saved);
+	spi_begin(&saved, false);
 	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version"
 							 " FROM %s WHERE expires_at > clock_timestamp()", lease_table),
 					true, 0) != SPI_OK_SELECT)
@@ -579,7 +584,7 @@ dlock_persist_write(const DLockKey *key, const DLockOwner *owner, Oid roleid,
 	int64		version = 0;
 	int			attempt;
 
-	spi_begin(&saved);
+	spi_begin(&saved, true);
 	if (plan_write == NULL)
 	{
 		Oid			types[7] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
@@ -638,7 +643,7 @@ dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version)
 	Datum		args[3];
 	int			attempt;
 
-	spi_begin(&saved);
+	spi_begin(&saved, true);
 	if (plan_delete == NULL)
 	{
 		Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
@@ -673,7 +678,7 @@ dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc, Oid fn_oid)
 	AsOwner		saved;
 
 	lookup_table(fn_oid);
-	spi_begin(&saved);
+	spi_begin(&saved, false);
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
 							 " NULL::int, 0, version, true FROM %s"
 							 " WHERE expires_at > clock_timestamp()", lease_table),
