@@ -46,8 +46,8 @@ if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
 	bash "$top/test/setup.sh"
 fi
 heading "Building and installing dlock"
-make -s
-make -s install >/dev/null
+make -s || { echo "demo: make failed" >&2; exit 1; }
+make -s install >/dev/null || { echo "demo: make install failed (run as root or as a user who can install into $("$PG_CONFIG" --pkglibdir))" >&2; exit 1; }
 bindir=$("$PG_CONFIG" --bindir)
 
 # ------------------------------------------------------------ cluster

@@ -141,7 +141,9 @@ trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 
 finish() {
-	local t
+	local t n
+	n=$(stop_scratch_servers)
+	((n > 0)) && echo "run-tests: stopped $n leftover server process(es) under $work"
 	hr "summary"
 	if ((${#failed_names[@]} > 0)); then
 		echo "failed:"
