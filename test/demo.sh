@@ -24,6 +24,9 @@ if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
 fi
 export PG_CONFIG=${PG_CONFIG:-pg_config}
 port=${DLOCK_DEMO_PORT:-55432}
+# English messages and a locale that always exists, whatever the caller's.
+export LC_ALL=C.UTF-8 LANG=C.UTF-8
+unset LANGUAGE
 
 if [[ $(id -u) -eq 0 ]]; then
 	as_owner=(runuser -u postgres --)

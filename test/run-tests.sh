@@ -222,6 +222,7 @@ run_as_test_user() {
 	(cd "$scratch" && "${as_test_user[@]}" env \
 		-u PGHOST -u PGHOSTADDR -u PGPORT -u PGDATABASE -u PGUSER \
 		-u PGPASSWORD -u PGSERVICE -u PGOPTIONS -u PGDATA \
+		-u LANGUAGE LC_ALL=C.UTF-8 LANG=C.UTF-8 \
 		PG_CONFIG="$PG_CONFIG" \
 		PATH="$("$PG_CONFIG" --bindir):$PATH" \
 		PERL5LIB="$scratch/test/perl${PERL5LIB:+:$PERL5LIB}" \

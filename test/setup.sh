@@ -11,6 +11,7 @@ set -euo pipefail
 # Needed to build and test (make test, make demo).
 required=(
 	build-essential
+	procps		# pgrep, used by run-tests.sh to find leftover servers
 	postgresql-15
 	postgresql-client-15
 	postgresql-server-dev-15
