@@ -66,10 +66,30 @@ CREATE FUNCTION dlock_list_waiters(
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_list_waiters' LANGUAGE C VOLATILE;
 
+-- Ends due leases now and deletes rows of ended ones in this database.
+CREATE FUNCTION dlock_sweep() RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_sweep' LANGUAGE C VOLATILE;
+
+-- Cumulative counters for the whole cluster, since start or reset.
+CREATE FUNCTION dlock_stats(
+	OUT grants bigint, OUT immediate_grants bigint, OUT waits bigint,
+	OUT wait_timeouts bigint, OUT releases bigint, OUT renewals bigint,
+	OUT expired_by_worker bigint, OUT expired_by_sweep bigint,
+	OUT expired_by_caller bigint, OUT leases bigint, OUT waiting bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'dlock_stats' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_stats_reset() RETURNS void
+AS 'MODULE_PATHNAME', 'dlock_stats_reset' LANGUAGE C VOLATILE;
+REVOKE EXECUTE ON FUNCTION dlock_stats_reset() FROM PUBLIC;
+
 CREATE VIEW dlock_locks AS
 	SELECT * FROM dlock_list_locks();
 CREATE VIEW dlock_waiters AS
 	SELECT * FROM dlock_list_waiters();
+
+CREATE VIEW dlock_stats AS
+	SELECT * FROM dlock_stats();
 
 COMMENT ON VIEW dlock_locks IS 'live dlock leases of this database';
 COMMENT ON VIEW dlock_waiters IS 'sessions waiting in dlock_acquire, in queue order';

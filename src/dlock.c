@@ -11,6 +11,7 @@
 
 #include "dlock.h"
 #include "shmem.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -18,6 +19,9 @@ int			dlock_max_locks = 16384;
 int			dlock_default_ttl_ms = 30000;
 char	   *dlock_owner_setting = NULL;
 bool		dlock_durable = true;
+int			dlock_lock_delay_ms = 0;
+bool		dlock_worker_enabled = true;
+int			dlock_worker_batch = 1000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -89,7 +93,30 @@ _PG_init(void)
 							 true,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("dlock.lock_delay",
+							"After a lease expires (rather than being released), its name stays blocked this long.",
+							"As in Chubby and Consul: gives a holder that lost its lease time to notice before another starts.",
+							&dlock_lock_delay_ms,
+							0, 0, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("dlock.worker",
+							 "Let the background worker expire leases on time and clean expired rows.",
+							 NULL,
+							 &dlock_worker_enabled,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("dlock.worker_batch",
+							"Most leases the worker expires in one partition before letting other calls in.",
+							NULL,
+							&dlock_worker_batch,
+							1000, 1, 1000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("dlock");
+
+	dlock_worker_register();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = dlock_shmem_request_hook;

@@ -19,6 +19,9 @@ extern int	dlock_max_locks;
 extern int	dlock_default_ttl_ms;
 extern char *dlock_owner_setting;
 extern bool dlock_durable;
+extern int	dlock_lock_delay_ms;
+extern bool dlock_worker_enabled;
+extern int	dlock_worker_batch;
 
 /* Raises a clean ERROR when the library was not preloaded. */
 extern void dlock_require_preload(void);

@@ -25,6 +25,9 @@ PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_list_locks);
 PG_FUNCTION_INFO_V1(dlock_list_waiters);
+PG_FUNCTION_INFO_V1(dlock_sweep);
+PG_FUNCTION_INFO_V1(dlock_stats);
+PG_FUNCTION_INFO_V1(dlock_stats_reset);
 
 Datum
 dlock_preload_check(PG_FUNCTION_ARGS)
@@ -364,4 +367,66 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * dlock_sweep(): ends every lease that is due (in all databases, as the
+ * worker would), then deletes the rows of ended leases in this database.
+ * Returns how many leases of this database it reclaimed.
+ */
+Datum
+dlock_sweep(PG_FUNCTION_ARGS)
+{
+	int			mine = 0;
+	int64		next;
+
+	dlock_require_preload();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot sweep dlock leases during recovery")));
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
+	do
+	{
+		next = dlock_lease_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP, &mine);
+		CHECK_FOR_INTERRUPTS();
+	} while (next != 0 && next <= dlock_mono_now());
+
+	PG_RETURN_INT64(mine + dlock_persist_sweep_rows());
+}
+
+Datum
+dlock_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[DLOCK_NUM_STATS + 2];
+	bool		nulls[DLOCK_NUM_STATS + 2] = {0};
+	uint64		counters[DLOCK_NUM_STATS];
+	DLockWaiter *slots;
+	int			nslots;
+	int			waiting = 0;
+
+	dlock_require_preload();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	dlock_counters_read(counters);
+	for (int i = 0; i < DLOCK_NUM_STATS; i++)
+		values[i] = Int64GetDatum((int64) counters[i]);
+	values[DLOCK_NUM_STATS] = Int64GetDatum((int64) dlock_entry_count());
+	/* a racy count is fine for a gauge */
+	slots = dlock_waiter_slots(&nslots);
+	for (int i = 0; i < nslots; i++)
+		waiting += (slots[i].state == DLOCK_WAIT_QUEUED);
+	values[DLOCK_NUM_STATS + 1] = Int64GetDatum(waiting);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+Datum
+dlock_stats_reset(PG_FUNCTION_ARGS)
+{
+	dlock_require_preload();
+	dlock_counters_reset();
+	PG_RETURN_VOID();
 }

@@ -49,8 +49,9 @@ reclaim_expired(void)
 	{
 		PGPROC	   *proc;
 
-		if (dlock_is_live(entry, now))
+		if (!dlock_is_free(entry, now))
 			continue;
+		dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
 		reclaimed |= dlist_is_empty(&entry->waiters);
 		proc = dlock_handoff(entry, dlock_key_hash(&entry->key), now);
 		if (proc != NULL && nwake < nslots)
@@ -154,18 +155,24 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	now = dlock_mono_now();
 
 	/* An expired lease is free: its next waiter, if any, gets it first. */
-	if (entry->token != 0 && !dlock_is_live(entry, now) &&
-		!dlist_is_empty(&entry->waiters))
-		wake = dlock_handoff(entry, req->hash, now);
+	if (entry->token != 0 && dlock_is_free(entry, now))
+	{
+		dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
+		if (!dlist_is_empty(&entry->waiters))
+			wake = dlock_handoff(entry, req->hash, now);
+	}
 
-	if (!dlock_is_live(entry, now))
-		dlock_grant(entry, &req->owner, req->roleid, MyProcPid, req->ttl, now,
-					req->durable);
-	else if (is_holder(entry, req))
+	if (dlock_is_free(entry, now))
+	{
+		dlock_grant(entry, req->hash, &req->owner, req->roleid, MyProcPid,
+					req->ttl, now, req->durable);
+		dlock_count(DLOCK_STAT_IMMEDIATE);
+	}
+	else if (dlock_is_live(entry, now) && is_holder(entry, req))
 	{
 		was_new = false;
 		prior_expires = entry->expires;
-		entry->expires = now + req->ttl;
+		dlock_set_expires(entry, req->hash, now + req->ttl);
 		entry->holder_pid = MyProcPid;
 	}
 	else if (timeout == 0)
@@ -210,13 +217,13 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
  */
 static bool
 held_lease(const DLockRequest *req, uint64 *token, int64 *version, bool *durable,
-		   int64 *now)
+		   int64 *now, bool pin)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	DLockEntry *entry;
 	bool		held = false;
 
-	LWLockAcquire(lock, LW_SHARED);
+	LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
 	*now = dlock_mono_now();
 	entry = dlock_find(&req->key, req->hash);
 	if (entry != NULL && dlock_is_live(entry, *now) && is_holder(entry, req))
@@ -225,6 +232,8 @@ held_lease(const DLockRequest *req, uint64 *token, int64 *version, bool *durable
 		*version = entry->version;
 		*durable = entry->durable;
 		held = true;
+		if (pin)
+			dlock_pin(entry, req->hash, 1);
 	}
 	LWLockRelease(lock);
 	return held;
@@ -238,11 +247,16 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	int64		version;
 	bool		durable;
 
+	struct DLockOp *op;
+
 	dlock_xact_register();
-	if (dlock_xact_release_pending(req) ||
-		!held_lease(req, &token, &version, &durable, &now))
+	if (dlock_xact_release_pending(req))
 		return false;
-	dlock_xact_renew(req, token, now + req->ttl);
+	/* pinned until our transaction ends, so it cannot expire before commit */
+	op = dlock_xact_renew(req);
+	if (!held_lease(req, &token, &version, &durable, &now, true))
+		return false;
+	dlock_xact_renew_set(op, token, now + req->ttl);
 	if (durable)
 		persist_lease(req, token, now + req->ttl);
 	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
@@ -259,7 +273,7 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 
 	dlock_xact_register();
 	if (dlock_xact_release_pending(req) ||
-		!held_lease(req, &held, &version, &durable, &now) ||
+		!held_lease(req, &held, &version, &durable, &now, false) ||
 		(token != 0 && token != held))
 		return false;
 	dlock_xact_release(req, held, durable);
@@ -288,11 +302,13 @@ dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_delete
 }
 
 /*
- * Moves the expiry of the lease if it still carries token (a renewal at
- * commit, or an undone re-acquisition).
+ * Moves the expiry of the lease if it still carries token (an undone
+ * re-acquisition, or a renewal at commit), and drops the pin a renewal took
+ * (unpin, also on abort).  A lease left expired goes to its next waiter.
  */
 void
-dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token, int64 expires)
+dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
+					   int64 expires, bool unpin)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
 	DLockEntry *entry;
@@ -302,9 +318,74 @@ dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token, int64 exp
 	entry = dlock_find(key, hash);
 	if (entry != NULL && entry->token == token)
 	{
-		entry->expires = expires;
-		wake = dlock_head_needing_timer(entry);
+		int64		now = dlock_mono_now();
+
+		if (unpin && entry->pins > 0)
+			dlock_pin(entry, hash, -1);
+		if (expires != 0)
+			dlock_set_expires(entry, hash, expires);
+		if (dlock_is_free(entry, now) && !dlist_is_empty(&entry->waiters))
+		{
+			dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
+			wake = dlock_handoff(entry, hash, now);
+		}
+		else
+			wake = dlock_head_needing_timer(entry);
 	}
 	LWLockRelease(lock);
 	dlock_wake(wake);
+}
+
+/*
+ * Ends leases that are due (past expiry and lock-delay), partition by
+ * partition, at most batch per partition per lock hold: each goes to its next
+ * waiter, or is dropped, its row left for dlock_sweep().  Returns when the
+ * next lease falls due (0: none), or now when a batch was cut short.
+ * *mine counts this database's dropped memory-only leases.
+ */
+int64
+dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
+{
+	PGPROC	  **wake = palloc(sizeof(PGPROC *) * batch);
+	int64		next = 0;
+	int64		now = dlock_mono_now();
+
+	for (int p = 0; p < DLOCK_PARTITIONS; p++)
+	{
+		LWLock	   *lock = dlock_partition_lock((uint32) p);
+		DLockEntry *entry;
+		int			n = 0;
+		int			nwake = 0;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		while ((entry = dlock_earliest(p)) != NULL && dlock_free_at(entry) <= now)
+		{
+			uint32		hash = dlock_key_hash(&entry->key);
+
+			if (n++ == batch)
+			{
+				next = now;		/* more to do: come back at once */
+				break;
+			}
+			dlock_count(stat);
+			if (!dlist_is_empty(&entry->waiters))
+			{
+				wake[nwake++] = dlock_handoff(entry, hash, now);
+				continue;
+			}
+			if (entry->durable)
+				dlock_persist_note_dead_row(entry->key.dbid);
+			else if (entry->key.dbid == MyDatabaseId)
+				(*mine)++;
+			dlock_remove(entry, hash);
+		}
+		if (entry != NULL && next != now &&
+			(next == 0 || dlock_free_at(entry) < next))
+			next = dlock_free_at(entry);
+		LWLockRelease(lock);
+		for (int i = 0; i < nwake; i++)
+			dlock_wake(wake[i]);
+	}
+	pfree(wake);
+	return next;
 }

@@ -31,6 +31,8 @@ extern bool dlock_lease_release(const DLockRequest *req, uint64 token);
 extern void dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token,
 							 bool row_deleted);
 extern void dlock_lease_set_expiry(const DLockKey *key, uint32 hash,
-								   uint64 token, int64 expires);
+								   uint64 token, int64 expires, bool unpin);
+
+extern int64 dlock_lease_expire_due(int batch, DLockStat stat, int *mine);
 
 #endif							/* DLOCK_LEASE_H */

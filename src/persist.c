@@ -168,6 +168,7 @@ typedef struct DbSlot
 	Oid			relid;			/* lease table the state was loaded from */
 	DbState		state;
 	int			loader_pid;
+	int			dead_rows;		/* rows of ended leases not yet deleted */
 } DbSlot;
 
 typedef struct DbSlots
@@ -280,6 +281,15 @@ prepare(const char *fmt, int nargs, Oid *argtypes)
 		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 	SPI_keepplan(plan);
 	return plan;
+}
+
+static void
+prepare_delete(void)
+{
+	Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
+
+	plan_delete = prepare("DELETE FROM %s WHERE name = $1 AND token = $2 AND version = $3",
+						  3, types);
 }
 
 /* SPI work runs as the table's owner: callers need no rights on it. */
@@ -431,8 +441,9 @@ load_rows(void)
 			memcpy(entry->owner.str, VARDATA_ANY(owner), entry->owner.len);
 			entry->roleid = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
 			entry->granted_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
-			entry->expires = mono_now +
-				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
+			entry->pins = 0;
+			dlock_set_expires(entry, hash, mono_now +
+							  (DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now));
 			entry->version = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
 			entry->durable = true;
 			entry->holder_pid = 0;
@@ -444,6 +455,17 @@ load_rows(void)
 					 errmsg("dlock lease table is full while restoring leases"),
 					 errhint("Increase dlock.max_locks and restart the server.")));
 		max_token = Max(max_token, token);
+	}
+	if (SPI_execute(psprintf("SELECT count(*) FROM %s WHERE expires_at <= clock_timestamp()",
+							 lease_table), true, 0) == SPI_OK_SELECT && SPI_processed == 1)
+	{
+		bool		isnull;
+		int64		dead = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 1, &isnull));
+
+		SpinLockAcquire(&dbs->mutex);
+		my_slot->dead_rows += (int) Min(dead, INT_MAX / 2);
+		SpinLockRelease(&dbs->mutex);
 	}
 	spi_end(&saved);
 	raise_token_floor(max_token + 1);
@@ -529,6 +551,101 @@ dlock_persist_ensure_loaded(Oid fn_oid)
 		(void) ConditionVariableTimedSleep(&dbs->cv, 100, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
+}
+
+/* ---------------------------------------------------------------------
+ * Rows of ended leases
+ * --------------------------------------------------------------------- */
+
+/* Counts a row left behind by an ended lease; cheap, callers hold locks. */
+void
+dlock_persist_note_dead_row(Oid dbid)
+{
+	SpinLockAcquire(&dbs->mutex);
+	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+	{
+		if (dbs->slots[i].dbid == dbid)
+		{
+			dbs->slots[i].dead_rows++;
+			break;
+		}
+	}
+	SpinLockRelease(&dbs->mutex);
+}
+
+/* The databases with rows to delete, for the worker to send a sweeper. */
+int
+dlock_persist_dead_databases(Oid *dbids, int max)
+{
+	int			n = 0;
+
+	SpinLockAcquire(&dbs->mutex);
+	for (int i = 0; i < DLOCK_MAX_DATABASES && n < max; i++)
+	{
+		if (dbs->slots[i].dbid != InvalidOid && dbs->slots[i].dead_rows > 0)
+			dbids[n++] = dbs->slots[i].dbid;
+	}
+	SpinLockRelease(&dbs->mutex);
+	return n;
+}
+
+/*
+ * Deletes the rows of leases that ended, each by version compare-and-set.
+ * Shared memory decides what ended: a row whose lease is still held there
+ * (renewed meanwhile, pinned by an open renewal, or inside its lock-delay)
+ * is kept even if the wall clock says otherwise.  Returns rows deleted.
+ */
+int64
+dlock_persist_sweep_rows(void)
+{
+	AsOwner		saved;
+	Datum		args[3];
+	int64		deleted = 0;
+	uint64		nrows;
+	SPITupleTable *rows;
+
+	SpinLockAcquire(&dbs->mutex);
+	my_slot->dead_rows = 0;
+	SpinLockRelease(&dbs->mutex);
+
+	spi_begin(&saved, true);
+	if (SPI_execute(psprintf("SELECT name, token, version FROM %s"
+							 " WHERE expires_at <= clock_timestamp()", lease_table),
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the dlock lease table");
+	nrows = SPI_processed;
+	rows = SPI_tuptable;
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		bool		isnull;
+		text	   *name = DatumGetTextPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
+		uint64		token = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
+		DLockKey	key;
+		uint32		hash;
+		DLockEntry *entry;
+		bool		ended;
+
+		dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+		hash = dlock_key_hash(&key);
+		LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
+		entry = dlock_find(&key, hash);
+		ended = (entry == NULL || entry->token != token ||
+				 dlock_is_free(entry, dlock_mono_now()));
+		LWLockRelease(dlock_partition_lock(hash));
+		if (!ended)
+			continue;
+
+		args[0] = PointerGetDatum(name);
+		args[1] = Int64GetDatum((int64) token);
+		args[2] = SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull);
+		if (plan_delete == NULL)
+			prepare_delete();
+		if (SPI_execute_plan(plan_delete, args, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not delete a dlock lease row");
+		deleted += SPI_processed;
+	}
+	spi_end(&saved);
+	return deleted;
 }
 
 /* ---------------------------------------------------------------------
@@ -645,12 +762,7 @@ dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version)
 
 	spi_begin(&saved, true);
 	if (plan_delete == NULL)
-	{
-		Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
-
-		plan_delete = prepare("DELETE FROM %s WHERE name = $1 AND token = $2 AND version = $3",
-							  3, types);
-	}
+		prepare_delete();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
 	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)

@@ -25,6 +25,9 @@ extern int64 dlock_persist_write(const DLockKey *key, const DLockOwner *owner,
 								 TimestampTz expires_at, int64 expected_version);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token,
 								 int64 expected_version);
+extern void dlock_persist_note_dead_row(Oid dbid);
+extern int	dlock_persist_dead_databases(Oid *dbids, int max);
+extern int64 dlock_persist_sweep_rows(void);
 extern void dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc,
 							   Oid fn_oid);
 

@@ -17,16 +17,23 @@
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/timestamp.h"
 
 #include "persist.h"
 #include "shmem.h"
 #include "wait.h"
+#include "worker.h"
 
 typedef struct DLockShared
 {
 	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
 	pg_atomic_uint32 nentries;
+	/* per partition: its held, unpinned leases by expiry, earliest first */
+	pairingheap heaps[DLOCK_PARTITIONS];
+	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
+	slock_t		stats_mutex;
+	uint64		stats_reset_at[DLOCK_NUM_STATS];	/* values at last reset */
 } DLockShared;
 
 /* The fixed-size parts, laid out one after another. */
@@ -37,11 +44,24 @@ fixed_size(void)
 
 	size = add_size(size, dlock_token_shmem_size());
 	size = add_size(size, dlock_db_shmem_size());
+	size = add_size(size, dlock_worker_shmem_size());
 	return add_size(size, dlock_wait_shmem_size());
 }
 
 static DLockShared *shared = NULL;
 static HTAB *lock_hash = NULL;
+
+static int
+expiry_cmp(const pairingheap_node *a, const pairingheap_node *b, void *arg)
+{
+	const DLockEntry *ea = pairingheap_const_container(DLockEntry, heap_node, a);
+	const DLockEntry *eb = pairingheap_const_container(DLockEntry, heap_node, b);
+
+	/* pairingheap keeps the largest first: invert for earliest first */
+	if (ea->expires != eb->expires)
+		return ea->expires < eb->expires ? 1 : -1;
+	return 0;
+}
 
 static uint32
 key_hash_fn(const void *key, Size keysize)
@@ -93,10 +113,24 @@ dlock_shmem_startup(void)
 
 		shared->locks = GetNamedLWLockTranche("dlock");
 		pg_atomic_init_u32(&shared->nentries, 0);
+		for (int i = 0; i < DLOCK_NUM_STATS; i++)
+		{
+			pg_atomic_init_u64(&shared->stats[i], 0);
+			shared->stats_reset_at[i] = 0;
+		}
+		SpinLockInit(&shared->stats_mutex);
+		for (int i = 0; i < DLOCK_PARTITIONS; i++)
+		{
+			shared->heaps[i].ph_compare = expiry_cmp;
+			shared->heaps[i].ph_arg = NULL;
+			shared->heaps[i].ph_root = NULL;
+		}
 		dlock_token_shmem_init(next, &shared->locks[DLOCK_PARTITIONS].lock);
 		next += dlock_token_shmem_size();
 		dlock_db_shmem_init(next);
 		next += dlock_db_shmem_size();
+		dlock_worker_shmem_init(next);
+		next += dlock_worker_shmem_size();
 		dlock_wait_shmem_init(next);
 	}
 
@@ -209,6 +243,8 @@ dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found)
 	Assert(!*found);
 	entry->token = 0;
 	entry->expires = 0;
+	entry->pins = 0;
+	entry->in_heap = false;
 	entry->granted_at = 0;
 	entry->roleid = InvalidOid;
 	entry->holder_pid = 0;
@@ -224,6 +260,8 @@ void
 dlock_remove(DLockEntry *entry, uint32 hash)
 {
 	Assert(dlist_is_empty(&entry->waiters));
+	if (entry->in_heap)
+		pairingheap_remove(&shared->heaps[hash % DLOCK_PARTITIONS], &entry->heap_node);
 	hash_search_with_hash_value(lock_hash, &entry->key, hash, HASH_REMOVE, NULL);
 	pg_atomic_fetch_sub_u32(&shared->nentries, 1);
 }
@@ -241,10 +279,68 @@ dlock_owner_equal(const DLockOwner *a, const DLockOwner *b)
 	return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
 }
 
+/* Held: granted, and not expired or kept by a transaction that pinned it. */
 bool
 dlock_is_live(const DLockEntry *entry, int64 now)
 {
-	return entry->token != 0 && entry->expires > now;
+	return entry->token != 0 && (entry->expires > now || entry->pins > 0);
+}
+
+/* When a name that is not live may go to a new holder (after lock-delay). */
+int64
+dlock_free_at(const DLockEntry *entry)
+{
+	return entry->token == 0 ? 0 : entry->expires + (int64) dlock_lock_delay_ms * 1000;
+}
+
+bool
+dlock_is_free(const DLockEntry *entry, int64 now)
+{
+	return !dlock_is_live(entry, now) && dlock_free_at(entry) <= now;
+}
+
+/* Puts the entry where it belongs in its partition's expiry heap. */
+static void
+heap_update(DLockEntry *entry, uint32 hash)
+{
+	pairingheap *heap = &shared->heaps[hash % DLOCK_PARTITIONS];
+
+	if (entry->in_heap)
+		pairingheap_remove(heap, &entry->heap_node);
+	entry->in_heap = (entry->token != 0 && entry->pins == 0);
+	if (entry->in_heap)
+	{
+		pairingheap_add(heap, &entry->heap_node);
+		if (pairingheap_first(heap) == &entry->heap_node)
+			dlock_worker_expiry_moved(dlock_free_at(entry));
+	}
+}
+
+void
+dlock_set_expires(DLockEntry *entry, uint32 hash, int64 expires)
+{
+	entry->expires = expires;
+	heap_update(entry, hash);
+}
+
+/* A pinned lease leaves the heap: nothing may expire it until unpinned. */
+void
+dlock_pin(DLockEntry *entry, uint32 hash, int delta)
+{
+	entry->pins += delta;
+	Assert(entry->pins >= 0);
+	heap_update(entry, hash);
+}
+
+/* The lease of the partition that expires first; caller holds its lock. */
+DLockEntry *
+dlock_earliest(int partition)
+{
+	pairingheap *heap = &shared->heaps[partition];
+
+	if (pairingheap_is_empty(heap))
+		return NULL;
+	return pairingheap_container(DLockEntry, heap_node, pairingheap_first(heap));
 }
 
 /*
@@ -252,14 +348,47 @@ dlock_is_live(const DLockEntry *entry, int64 now)
  * version is kept: it still describes what the table holds for the name.
  */
 void
-dlock_grant(DLockEntry *entry, const DLockOwner *owner, Oid roleid,
-			int pid, int64 ttl, int64 now, bool durable)
+dlock_grant(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
+			Oid roleid, int pid, int64 ttl, int64 now, bool durable)
 {
 	entry->token = dlock_token_next();
 	entry->durable = durable;
-	entry->expires = now + ttl;
+	entry->pins = 0;
+	dlock_count(DLOCK_STAT_GRANTS);
+	dlock_set_expires(entry, hash, now + ttl);
 	entry->granted_at = GetCurrentTimestamp();
 	entry->roleid = roleid;
 	entry->holder_pid = pid;
 	memcpy(&entry->owner, owner, offsetof(DLockOwner, str) + owner->len);
+}
+
+void
+dlock_count(DLockStat stat)
+{
+	pg_atomic_fetch_add_u64(&shared->stats[stat], 1);
+}
+
+void
+dlock_counters_read(uint64 *values)
+{
+	SpinLockAcquire(&shared->stats_mutex);
+	for (int i = 0; i < DLOCK_NUM_STATS; i++)
+		values[i] = pg_atomic_read_u64(&shared->stats[i]) - shared->stats_reset_at[i];
+	SpinLockRelease(&shared->stats_mutex);
+}
+
+void
+dlock_counters_reset(void)
+{
+	SpinLockAcquire(&shared->stats_mutex);
+	for (int i = 0; i < DLOCK_NUM_STATS; i++)
+		shared->stats_reset_at[i] = pg_atomic_read_u64(&shared->stats[i]);
+	SpinLockRelease(&shared->stats_mutex);
+}
+
+/* Entries in the table: held leases, and ended ones not yet reclaimed. */
+uint32
+dlock_entry_count(void)
+{
+	return pg_atomic_read_u32(&shared->nentries);
 }

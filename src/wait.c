@@ -104,6 +104,7 @@ dlock_enqueue(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
 	w->durable = durable;
 	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
 	w->state = DLOCK_WAIT_QUEUED;
+	dlock_count(DLOCK_STAT_WAITS);
 	dlist_push_tail(&entry->waiters, &w->node);
 	entry->nwaiters++;
 }
@@ -124,7 +125,7 @@ dlock_handoff(DLockEntry *entry, uint32 hash, int64 now)
 	}
 	w = dlist_container(DLockWaiter, node, dlist_pop_head_node(&entry->waiters));
 	entry->nwaiters--;
-	dlock_grant(entry, &w->owner, w->roleid, w->pid, w->ttl, now, w->durable);
+	dlock_grant(entry, hash, &w->owner, w->roleid, w->pid, w->ttl, now, w->durable);
 	w->token = entry->token;
 	w->state = DLOCK_WAIT_GRANTED;
 	return w->proc;
@@ -135,6 +136,20 @@ dlock_wake(PGPROC *proc)
 {
 	if (proc != NULL)
 		SetLatch(&proc->procLatch);
+}
+
+/*
+ * When the head waiter must look again: when the lease ends (plus any
+ * lock-delay), or never while a transaction pins it (unpinning wakes it).
+ */
+static int64
+head_timer(const DLockEntry *entry, int64 deadline)
+{
+	int64		free_at = dlock_free_at(entry);
+
+	if (entry->pins > 0 || (deadline != 0 && deadline < free_at))
+		return deadline;
+	return free_at;
 }
 
 /*
@@ -149,7 +164,7 @@ dlock_head_needing_timer(DLockEntry *entry)
 	if (entry == NULL || dlist_is_empty(&entry->waiters) || entry->token == 0)
 		return NULL;
 	head = dlist_container(DLockWaiter, node, dlist_head_node(&entry->waiters));
-	if (head->wake_at != 0 && head->wake_at <= entry->expires)
+	if (head->wake_at == head_timer(entry, head->deadline))
 		return NULL;
 	return head->proc;
 }
@@ -235,8 +250,11 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	/* Our holder died: we are next in line, so take the lease ourselves. */
 	if (w->state == DLOCK_WAIT_QUEUED &&
 		dlist_head_node(&entry->waiters) == &w->node &&
-		!dlock_is_live(entry, *now))
+		dlock_is_free(entry, *now))
+	{
+		dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
 		(void) dlock_handoff(entry, w->hash, *now);
+	}
 
 	if (w->state == DLOCK_WAIT_GRANTED)
 	{
@@ -248,6 +266,7 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	}
 	else if (w->deadline != 0 && *now >= w->deadline)
 	{
+		dlock_count(DLOCK_STAT_TIMEOUTS);
 		dequeue(w, &wake);
 		*token = 0;
 		done = true;
@@ -256,9 +275,7 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	{
 		bool		is_head = dlist_head_node(&entry->waiters) == &w->node;
 
-		*wake_at = w->deadline;
-		if (is_head && (*wake_at == 0 || entry->expires < *wake_at))
-			*wake_at = entry->expires;
+		*wake_at = is_head ? head_timer(entry, w->deadline) : w->deadline;
 		w->wake_at = *wake_at;
 	}
 	LWLockRelease(lock);

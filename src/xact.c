@@ -117,11 +117,16 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 	op->durable = durable;
 }
 
-void
-dlock_xact_renew(const DLockRequest *req, uint64 token, int64 expires)
+DLockOp *
+dlock_xact_renew(const DLockRequest *req)
 {
-	DLockOp    *op = log_op(DLOCK_OP_RENEW, req, token);
+	return log_op(DLOCK_OP_RENEW, req, 0);
+}
 
+void
+dlock_xact_renew_set(DLockOp *op, uint64 token, int64 expires)
+{
+	op->token = token;
 	op->expires = expires;
 }
 
@@ -133,7 +138,7 @@ undo_acquire(DLockOp *op)
 	if (op->was_new)
 		dlock_lease_free(&op->key, op->hash, op->token, false);
 	else
-		dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires);
+		dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires, false);
 	foreach(lc, op->supersedes)
 		((DLockOp *) lfirst(lc))->superseded = false;
 }
@@ -153,6 +158,8 @@ undo_from(int level)
 			kept = lcons(op, kept);
 		else if (op->kind == DLOCK_OP_ACQUIRE)
 			undo_acquire(op);
+		else if (op->kind == DLOCK_OP_RENEW)
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true);
 	}
 	ops = kept;
 	MemoryContextSwitchTo(oldcxt);
@@ -167,12 +174,19 @@ apply_commit(void)
 	{
 		DLockOp    *op = lfirst(lc);
 
-		if (op->superseded)
-			continue;
-		if (op->kind == DLOCK_OP_RELEASE)
+		if (op->kind == DLOCK_OP_RENEW)
+		{
+			/* a superseded renewal still holds its pin */
+			dlock_lease_set_expiry(&op->key, op->hash, op->token,
+								   op->superseded ? 0 : op->expires, true);
+			if (!op->superseded)
+				dlock_count(DLOCK_STAT_RENEWALS);
+		}
+		else if (op->kind == DLOCK_OP_RELEASE && !op->superseded)
+		{
 			dlock_lease_free(&op->key, op->hash, op->token, op->durable);
-		else if (op->kind == DLOCK_OP_RENEW)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires);
+			dlock_count(DLOCK_STAT_RELEASES);
+		}
 	}
 }
 

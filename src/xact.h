@@ -16,6 +16,12 @@ extern void dlock_xact_acquired(const DLockRequest *req, uint64 token,
 								bool was_new, int64 prior_expires);
 extern bool dlock_xact_release_pending(const DLockRequest *req);
 extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable);
-extern void dlock_xact_renew(const DLockRequest *req, uint64 token, int64 expires);
+/*
+ * A renewal is logged before its lease is pinned (logging allocates), then
+ * completed; a renewal left with token 0 has no effect.
+ */
+struct DLockOp;
+extern struct DLockOp *dlock_xact_renew(const DLockRequest *req);
+extern void dlock_xact_renew_set(struct DLockOp *op, uint64 token, int64 expires);
 
 #endif							/* DLOCK_XACT_H */

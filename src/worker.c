@@ -1,0 +1,250 @@
+/*
+ * worker.c
+ *		The dlock background worker.
+ *
+ * One worker, attached to shared memory only, serves every database.  It
+ * sleeps until the earliest lease falls due (a grant of an earlier one wakes
+ * it), then ends what is due in short per-partition batches: each lease goes
+ * to its next waiter or is dropped.  Rows left in a database's lease table
+ * are deleted by a sweeper it starts there, which runs dlock_sweep() and
+ * exits.  Waiters never depend on the worker: each times its holder's
+ * expiry itself.
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+
+#include "lease.h"
+#include "persist.h"
+#include "worker.h"
+
+#define MAX_SWEEPERS	8
+
+/* wake_at values besides a time on the monotonic clock */
+#define WAKE_NEVER		PG_UINT64_MAX	/* disabled: nothing wakes it */
+#define WAKE_IDLE		0		/* asleep with no lease to time */
+#define WAKE_AWAKE		1		/* looking now: any change wakes it again */
+
+typedef struct WorkerState
+{
+	Latch	   *latch;			/* the worker's, while it runs */
+	pg_atomic_uint64 wake_at;	/* when it looks next */
+} WorkerState;
+
+static WorkerState *state = NULL;
+
+Size
+dlock_worker_shmem_size(void)
+{
+	return MAXALIGN(sizeof(WorkerState));
+}
+
+void
+dlock_worker_shmem_init(void *base)
+{
+	state = base;
+	state->latch = NULL;
+	pg_atomic_init_u64(&state->wake_at, WAKE_NEVER);
+}
+
+void
+dlock_worker_register(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "dlock");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "dlock_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "dlock worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "dlock worker");
+	RegisterBackgroundWorker(&worker);
+}
+
+void
+dlock_worker_wake(void)
+{
+	Latch	   *latch = state->latch;
+
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/*
+ * Called whenever a partition's earliest lease changes: wakes the worker if
+ * it would otherwise sleep past it.
+ */
+void
+dlock_worker_expiry_moved(int64 free_at)
+{
+	uint64		wake_at = pg_atomic_read_u64(&state->wake_at);
+
+	if (wake_at == WAKE_AWAKE)
+		dlock_worker_wake();
+	else if (wake_at == WAKE_IDLE || (uint64) free_at < wake_at)
+	{
+		pg_atomic_write_u64(&state->wake_at, (uint64) free_at);
+		dlock_worker_wake();
+	}
+}
+
+static void
+start_sweeper(Oid dbid, BackgroundWorkerHandle **handle)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_main_arg = ObjectIdGetDatum(dbid);
+	worker.bgw_notify_pid = MyProcPid;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "dlock");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "dlock_sweeper_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "dlock sweeper for database %u", dbid);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "dlock sweeper");
+	if (!RegisterDynamicBackgroundWorker(&worker, handle))
+		*handle = NULL;			/* no free slot now: try on a later round */
+}
+
+/* Sends a sweeper to each database with rows to delete, one at a time each. */
+static void
+start_sweepers(Oid *running, BackgroundWorkerHandle **handles)
+{
+	Oid			dbids[MAX_SWEEPERS];
+	int			n = dlock_persist_dead_databases(dbids, MAX_SWEEPERS);
+	pid_t		pid;
+
+	for (int i = 0; i < MAX_SWEEPERS; i++)
+	{
+		if (handles[i] != NULL &&
+			GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED)
+		{
+			pfree(handles[i]);
+			handles[i] = NULL;
+			running[i] = InvalidOid;
+		}
+	}
+	for (int d = 0; d < n; d++)
+	{
+		int			free_slot = -1;
+		bool		busy = false;
+
+		for (int i = 0; i < MAX_SWEEPERS; i++)
+		{
+			if (running[i] == dbids[d])
+				busy = true;
+			else if (handles[i] == NULL && free_slot < 0)
+				free_slot = i;
+		}
+		if (busy || free_slot < 0)
+			continue;
+		start_sweeper(dbids[d], &handles[free_slot]);
+		if (handles[free_slot] != NULL)
+			running[free_slot] = dbids[d];
+	}
+}
+
+void
+dlock_worker_main(Datum arg)
+{
+	Oid			running[MAX_SWEEPERS] = {0};
+	BackgroundWorkerHandle *handles[MAX_SWEEPERS] = {0};
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+
+	state->latch = MyLatch;
+	ereport(LOG, (errmsg("dlock worker started")));
+
+	while (!ShutdownRequestPending)
+	{
+		int64		next = 0;
+		long		timeout = -1;
+		int			unused = 0;
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		if (!dlock_worker_enabled)
+			pg_atomic_write_u64(&state->wake_at, WAKE_NEVER);
+		else
+		{
+			/* "awake" first: an earlier lease granted meanwhile sets our latch */
+			pg_atomic_write_u64(&state->wake_at, WAKE_AWAKE);
+			next = dlock_lease_expire_due(dlock_worker_batch,
+										  DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
+			start_sweepers(running, handles);
+			pg_atomic_write_u64(&state->wake_at, next == 0 ? WAKE_IDLE : (uint64) next);
+		}
+		if (next != 0)
+			timeout = (long) Max((next - dlock_mono_now() + 999) / 1000, 0);
+
+		/* A running sweeper reports its exit through our latch. */
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (timeout >= 0 ? WL_TIMEOUT : 0),
+						 timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	state->latch = NULL;
+	pg_atomic_write_u64(&state->wake_at, WAKE_NEVER);
+	/* exit 1, so the postmaster restarts the worker unless shutting down */
+	proc_exit(1);
+}
+
+/* Runs dlock_sweep() in one database, then exits. */
+void
+dlock_sweeper_main(Datum arg)
+{
+	Oid			dbid = DatumGetObjectId(arg);
+	const char *query = "SELECT format('SELECT %I.dlock_sweep()', n.nspname)"
+		" FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+		" WHERE e.extname = 'dlock'";
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "dlock_sweep()");
+	if (SPI_execute(query, true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+	{
+		bool		isnull;
+		char	   *sweep = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
+															  SPI_tuptable->tupdesc, 1,
+															  &isnull));
+
+		if (SPI_execute(sweep, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "dlock_sweep() failed");
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	proc_exit(0);
+}

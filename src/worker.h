@@ -1,0 +1,20 @@
+/*
+ * worker.h
+ *		The background worker that ends leases on time in every database,
+ *		and the short-lived per-database sweepers it sends to delete rows.
+ */
+#ifndef DLOCK_WORKER_H
+#define DLOCK_WORKER_H
+
+#include "postgres.h"
+
+extern void dlock_worker_register(void);
+extern Size dlock_worker_shmem_size(void);
+extern void dlock_worker_shmem_init(void *base);
+extern void dlock_worker_expiry_moved(int64 free_at);
+extern void dlock_worker_wake(void);
+
+extern PGDLLEXPORT void dlock_worker_main(Datum arg);
+extern PGDLLEXPORT void dlock_sweeper_main(Datum arg);
+
+#endif							/* DLOCK_WORKER_H */
