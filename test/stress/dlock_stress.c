@@ -1,0 +1,1510 @@
+/*
+ * dlock_stress.c
+ *		Randomized multi-process stress test and checker for dlock.
+ *
+ * Forks one process per client, each with its own libpq connection and its
+ * own owner string "c<N>".  Every fourth client opens a second connection
+ * presenting the same owner, and uses it only to renew, re-try and release
+ * leases that the first connection took: one holder, two connections.
+ *
+ * Main names ("lock-<i>") guard a critical section that is a deliberately
+ * non-atomic read-modify-write of stress_counter.n.  Mutual exclusion holds
+ * iff, at the end, every name's n equals the sum of the increments the
+ * clients made on it (a lost update means two holders at once).  The section
+ * also raises a "busy" flag on entry and lowers it on exit, so an overlap is
+ * seen directly, and it writes the fencing token under the condition that
+ * the recorded token is lower (first write of a hold) or equal (later
+ * writes): a failure means a token went backwards relative to the previous
+ * holder.
+ *
+ * Expiry names ("exp-<j>") are taken with a 20-100 ms ttl and never
+ * released, to exercise expiry and takeover.  For them only token order is
+ * checked: the grant and an atomic "last_token <= mine" update run in one
+ * statement; a refusal counts as a violation only when the client can prove
+ * from its own clock that its lease was still live when the row was written
+ * (otherwise a later holder may legitimately have written first).
+ *
+ * Every client also checks that every new grant it receives carries a token
+ * above every token it received before (tokens come from one sequence), and
+ * a bitmap shared by all clients catches a token granted twice.
+ *
+ * Chaos: some unlimited waits are ended by a short statement_timeout (the
+ * caller must then hold nothing), and some sessions hang up while queued
+ * (their backend must leave the queue).
+ *
+ * At the end the checker compares the counters, and requires an empty
+ * dlock_waiters, no lease left by a client except on exp-* names, and a
+ * fresh grant on every name with a token above all tokens seen.
+ *
+ * --unsafe skips the lock around the critical section, and --unsafe-tokens
+ * writes the previous grant's token instead of the current one: both exist
+ * to show that the checker does fail.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#define MAX_NAMES		1024
+#define MAX_CLIENTS		256
+#define SLACK_US		2000	/* clock rounding allowance for timing proofs */
+#define MAX_REPORTS		5		/* detailed messages printed per client */
+#define MAX_ALL_REPORTS	40		/* ... and by all clients together */
+
+/* ---------- options ---------- */
+
+static const char *conninfo = "";
+static int	nclients = 16;
+static int	nnames = 8;
+static int	nexp = -1;			/* default: max(2, nnames / 2) */
+static int	duration = 15;
+static uint64_t seed = 1;
+static int	exp_pct = 15;		/* percent of operations on exp-* names */
+static bool unsafe = false;
+static bool unsafe_tokens = false;
+static bool verbose = false;
+static bool chaos = true;		/* cancelled and abandoned waits */
+
+/* ---------- shared results ---------- */
+
+typedef struct Stats
+{
+	/* operations */
+	long		ops;			/* dlock_* calls */
+	long		grants;			/* new grants (main + exp) */
+	long		main_grants;
+	long		exp_grants;
+	long		tries;
+	long		try_fail;
+	long		acquires;
+	long		acq_nolimit;
+	long		acq_timeouts;
+	long		renews;
+	long		releases;
+	long		conn2_ops;		/* calls made through the second connection */
+	long		retries;		/* idempotent re-tries by the holder */
+	long		probes;			/* intruder / wrong-token probes */
+	long		sections;
+	long		increments;
+	long		exp_inconclusive;
+	long		exp_skips;		/* left our own live exp lease alone */
+	long		cancels;		/* acquires ended by statement_timeout */
+	long		cancel_grants;	/* ... that were granted before the cancel */
+	long		disconnects;	/* sessions closed while waiting */
+
+	/* violations */
+	long		token_viol;
+	long		overlaps;
+	long		lease_lost;
+	long		probe_fail;
+	long		errors;
+	long		dup_tokens;
+	long		unchecked_tokens;	/* beyond the bitmap */
+
+	double		max_try_ms;
+	double		max_overshoot_ms;	/* acquire that timed out: elapsed - timeout */
+	double		max_section_ms;
+	int64_t		max_token;
+	int			finished;
+	int64_t		incr[MAX_NAMES];
+} Stats;
+
+static Stats *results;
+static int *all_reports;		/* shared count of printed messages */
+
+/*
+ * One bit per token above the baseline token taken before the start: a
+ * token granted twice (to two clients, or twice to one) sets a bit twice.
+ */
+#define TOKEN_BITS		(UINT64_C(1) << 26)
+static uint64_t *token_seen;
+static int64_t baseline_token;
+
+/* ---------- per-client state ---------- */
+
+typedef struct ExpState
+{
+	int64_t		token;			/* last token we got on this name, 0 = none */
+	int64_t		lo_expiry;		/* lease certainly live until (our clock) */
+	int64_t		hi_expiry;		/* lease certainly dead after */
+} ExpState;
+
+typedef struct Client
+{
+	int			id;
+	char		owner[32];
+	char		intruder[32];
+	PGconn	   *conn;
+	PGconn	   *conn2;			/* same owner, or NULL */
+	uint64_t	rng;
+	Stats	   *st;
+	bool		fatal;
+	int			reports;
+	int64_t		prev_grant;		/* for --unsafe-tokens */
+	int64_t		fake_busy;
+	ExpState	exp[MAX_NAMES];
+} Client;
+
+static int64_t
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* splitmix64: tiny, deterministic, good enough */
+static uint64_t
+rnd(Client *c)
+{
+	uint64_t	z = (c->rng += UINT64_C(0x9E3779B97F4A7C15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+
+static int
+rnd_int(Client *c, int n)
+{
+	return (int) (rnd(c) % (uint64_t) n);
+}
+
+/* Counts a violation (or error) and prints the first few of each client. */
+static void
+report(Client *c, long *counter, const char *fmt,...)
+{
+	va_list		ap;
+	char		msg[1024];
+	size_t		len;
+
+	(*counter)++;
+	if (c->reports++ >= MAX_REPORTS ||
+		__atomic_fetch_add(all_reports, 1, __ATOMIC_SEQ_CST) >= MAX_ALL_REPORTS)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	len = strlen(msg);
+	while (len > 0 && msg[len - 1] == '\n')
+		msg[--len] = '\0';
+	fprintf(stderr, "c%d: %s: %s\n", c->id,
+			counter == &c->st->errors ? "ERROR" : "VIOLATION", msg);
+}
+
+/* ---------- libpq helpers ---------- */
+
+typedef struct Stmt
+{
+	const char *name;
+	const char *sql;
+} Stmt;
+
+static const Stmt stmts[] = {
+	{"try", "SELECT dlock_try($1, $2::interval, $3)"},
+	{"acq", "SELECT dlock_acquire($1, $2::interval, $3::interval, $4)"},
+	{"renew", "SELECT dlock_renew($1, $2::interval, $3)"},
+	{"rel", "SELECT dlock_release($1, $2, $3::bigint)"},
+	{"enter", "UPDATE stress_counter SET busy = $2 WHERE name = $1 AND busy = 0"},
+	{"leave", "UPDATE stress_counter SET busy = 0 WHERE name = $1 AND busy = $2"},
+	{"read", "SELECT n FROM stress_counter WHERE name = $1"},
+	{"write_first", "UPDATE stress_counter SET n = $2, last_token = $3 "
+	"WHERE name = $1 AND last_token < $3"},
+	{"write_next", "UPDATE stress_counter SET n = $2 "
+	"WHERE name = $1 AND last_token = $3"},
+	{"write_unsafe", "UPDATE stress_counter SET n = $2 WHERE name = $1 AND $3::bigint IS NOT NULL"},
+	/* grant + record in one statement: $1 name, $2 ttl, $3 timeout, $4 owner */
+	{"exp_try",
+		"WITH g AS (SELECT dlock_try($1, $2::interval, $4) AS t), "
+		"r AS (UPDATE stress_exp e SET prev_token = e.last_token, last_token = g.t, "
+		"grants = e.grants + 1 FROM g "
+		"WHERE e.name = $1 AND g.t IS NOT NULL AND e.last_token <= g.t "
+		"RETURNING e.prev_token) "
+	"SELECT (SELECT t FROM g), (SELECT count(*) FROM r), (SELECT max(prev_token) FROM r), $3::text"},
+	{"exp_acq",
+		"WITH g AS (SELECT dlock_acquire($1, $2::interval, $3::interval, $4) AS t), "
+		"r AS (UPDATE stress_exp e SET prev_token = e.last_token, last_token = g.t, "
+		"grants = e.grants + 1 FROM g "
+		"WHERE e.name = $1 AND g.t IS NOT NULL AND e.last_token <= g.t "
+		"RETURNING e.prev_token) "
+	"SELECT (SELECT t FROM g), (SELECT count(*) FROM r), (SELECT max(prev_token) FROM r)"},
+};
+
+static PGconn *
+connect_db(const char *appname, bool die_on_error)
+{
+	const char *keys[] = {"dbname", "application_name", NULL};
+	const char *vals[] = {conninfo, appname, NULL};
+	PGconn	   *conn = PQconnectdbParams(keys, vals, 1);
+	PGresult   *res;
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		fprintf(stderr, "%s: connection failed: %s", appname, PQerrorMessage(conn));
+		if (die_on_error)
+			exit(2);
+		PQfinish(conn);
+		return NULL;
+	}
+	/* A hung dlock call ends in an error instead of hanging the test. */
+	res = PQexec(conn, "SET statement_timeout = '10s'");
+	PQclear(res);
+	return conn;
+}
+
+static bool
+prepare_all(Client *c, PGconn *conn)
+{
+	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++)
+	{
+		PGresult   *res = PQprepare(conn, stmts[i].name, stmts[i].sql, 0, NULL);
+
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
+			report(c, &c->st->errors, "prepare %s: %s", stmts[i].name,
+				   PQerrorMessage(conn));
+			PQclear(res);
+			return false;
+		}
+		PQclear(res);
+	}
+	return true;
+}
+
+/*
+ * Runs a prepared statement.  On error: reports, marks the client fatal and
+ * returns NULL.
+ */
+static PGresult *
+run(Client *c, PGconn *conn, const char *stmt, int nparams, const char *const *params)
+{
+	PGresult   *res = PQexecPrepared(conn, stmt, nparams, params, NULL, NULL, 0);
+	ExecStatusType s = PQresultStatus(res);
+
+	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
+	{
+		report(c, &c->st->errors, "%s failed: %s", stmt, PQerrorMessage(conn));
+		PQclear(res);
+		c->fatal = true;
+		return NULL;
+	}
+	return res;
+}
+
+/* Runs a one-value query; returns false on error, sets *isnull / *val. */
+static bool
+run_int(Client *c, PGconn *conn, const char *stmt, int nparams,
+		const char *const *params, bool *isnull, int64_t *val)
+{
+	PGresult   *res = run(c, conn, stmt, nparams, params);
+
+	if (res == NULL)
+		return false;
+	*isnull = PQgetisnull(res, 0, 0);
+	*val = 0;
+	if (!*isnull)
+	{
+		const char *v = PQgetvalue(res, 0, 0);
+
+		if (strcmp(v, "t") == 0)
+			*val = 1;
+		else if (strcmp(v, "f") == 0)
+			*val = 0;
+		else
+			*val = strtoll(v, NULL, 10);
+	}
+	PQclear(res);
+	return true;
+}
+
+/* Runs a command; returns affected rows or -1. */
+static int
+run_cmd(Client *c, PGconn *conn, const char *stmt, int nparams, const char *const *params)
+{
+	PGresult   *res = run(c, conn, stmt, nparams, params);
+	int			n;
+
+	if (res == NULL)
+		return -1;
+	n = atoi(PQcmdTuples(res));
+	PQclear(res);
+	return n;
+}
+
+/* ---------- checks shared by both kinds of name ---------- */
+
+static void
+check_new_token(Client *c, const char *name, int64_t token)
+{
+	if (token <= c->st->max_token)
+		report(c, &c->st->token_viol,
+			   "new grant on %s has token %" PRId64 ", not above %" PRId64
+			   " received earlier by this client", name, token, c->st->max_token);
+	if (token > c->st->max_token)
+		c->st->max_token = token;
+
+	if (token <= baseline_token)
+		report(c, &c->st->token_viol,
+			   "new grant on %s has token %" PRId64 ", not above %" PRId64
+			   " issued before the run started", name, token, baseline_token);
+	else if ((uint64_t) (token - baseline_token) >= TOKEN_BITS)
+		c->st->unchecked_tokens++;
+	else
+	{
+		uint64_t	bit = (uint64_t) (token - baseline_token);
+		uint64_t	mask = UINT64_C(1) << (bit % 64);
+
+		if (__atomic_fetch_or(&token_seen[bit / 64], mask, __ATOMIC_SEQ_CST) & mask)
+			report(c, &c->st->dup_tokens,
+				   "token %" PRId64 " (new grant on %s) was already granted to another grant",
+				   token, name);
+	}
+}
+
+/* ---------- exp-* names: short leases, never released ---------- */
+
+static bool
+exp_op(Client *c)
+{
+	int			j = rnd_int(c, nexp);
+	int			ttl_ms = 20 + rnd_int(c, 81);
+	bool		use_acq = rnd_int(c, 2) == 0;
+	int			timeout_ms = rnd_int(c, 201);
+	char		name[32],
+				ttl[32],
+				tmo[32];
+	const char *params[4];
+	ExpState   *s = &c->exp[j];
+	int64_t		t0,
+				t1,
+				ttl_us = (int64_t) ttl_ms * 1000;
+	int64_t		token,
+				updated,
+				old_last = 0;
+	PGresult   *res;
+	bool		held_certain,
+				maybe_live,
+				is_new;
+	double		ms;
+
+	/*
+	 * Re-trying our own live lease extends it; done every time, one client
+	 * would keep a name forever and nothing would expire.  Mostly leave it.
+	 */
+	if (s->token != 0 && now_us() < s->hi_expiry + SLACK_US && rnd_int(c, 8) != 0)
+	{
+		c->st->exp_skips++;
+		return false;
+	}
+
+	snprintf(name, sizeof(name), "exp-%d", j);
+	snprintf(ttl, sizeof(ttl), "%d ms", ttl_ms);
+	snprintf(tmo, sizeof(tmo), "%d ms", timeout_ms);
+	params[0] = name;
+	params[1] = ttl;
+	params[2] = tmo;
+	params[3] = c->owner;
+
+	t0 = now_us();
+	res = run(c, c->conn, use_acq ? "exp_acq" : "exp_try", 4, params);
+	t1 = now_us();
+	if (res == NULL)
+		return true;
+	c->st->ops++;
+	ms = (t1 - t0) / 1000.0;
+	if (use_acq)
+		c->st->acquires++;
+	else
+	{
+		c->st->tries++;
+		if (ms > c->st->max_try_ms)
+			c->st->max_try_ms = ms;
+	}
+
+	/* our previous lease on this name, judged by our own clock */
+	held_certain = s->token != 0 && t1 + SLACK_US < s->lo_expiry;
+	maybe_live = s->token != 0 && t0 < s->hi_expiry + SLACK_US;
+
+	if (PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		if (use_acq)
+		{
+			c->st->acq_timeouts++;
+			if (ms - timeout_ms > c->st->max_overshoot_ms)
+				c->st->max_overshoot_ms = ms - timeout_ms;
+		}
+		else
+			c->st->try_fail++;
+		if (held_certain)
+			report(c, &c->st->lease_lost,
+				   "%s on %s returned NULL while our lease (token %" PRId64
+				   ") was live for %.1f ms more", use_acq ? "acquire" : "try",
+				   name, s->token, (s->lo_expiry - t1) / 1000.0);
+		return true;
+	}
+	token = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	updated = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	if (!PQgetisnull(res, 0, 2))
+		old_last = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+	PQclear(res);
+
+	is_new = token != s->token;
+	if (!is_new)
+	{
+		c->st->retries++;
+		if (!maybe_live)
+			report(c, &c->st->token_viol,
+				   "%s returned token %" PRId64 " again although our lease expired %.1f ms before the call",
+				   name, token, (t0 - s->hi_expiry) / 1000.0);
+		if (s->hi_expiry < t1 + ttl_us)
+			s->hi_expiry = t1 + ttl_us;
+	}
+	else
+	{
+		c->st->grants++;
+		c->st->exp_grants++;
+		check_new_token(c, name, token);
+		if (held_certain)
+			report(c, &c->st->lease_lost,
+				   "%s: new token %" PRId64 " while our lease (token %" PRId64
+				   ") was live for %.1f ms more", name, token, s->token,
+				   (s->lo_expiry - t1) / 1000.0);
+		s->hi_expiry = t1 + ttl_us;
+	}
+	s->token = token;
+	s->lo_expiry = t0 + ttl_us;
+
+	if (updated == 0)
+	{
+		/*
+		 * A larger token was recorded first.  Legitimate only if our lease
+		 * had already expired when the row was written; the write happened
+		 * before t1 and our lease lasted at least until t0 + ttl.
+		 */
+		if (t1 + SLACK_US < t0 + ttl_us)
+			report(c, &c->st->token_viol,
+				   "%s: token %" PRId64 " is not above the token recorded by an earlier holder",
+				   name, token);
+		else
+			c->st->exp_inconclusive++;
+	}
+	else if (is_new && old_last == token)
+		report(c, &c->st->token_viol,
+			   "%s: new grant has token %" PRId64 ", which an earlier holder already recorded",
+			   name, token);
+	return true;
+}
+
+/* ---------- main names: the critical section ---------- */
+
+typedef struct Hold
+{
+	const char *name;
+	int64_t		token;
+	int			ttl_ms;
+	int64_t		lo_expiry;		/* certainly live until */
+	int64_t		granted;
+} Hold;
+
+static const char *
+i64(char *buf, int64_t v)
+{
+	sprintf(buf, "%" PRId64, v);
+	return buf;
+}
+
+/* Which connection acts for the holder: sometimes the second one. */
+static PGconn *
+holder_conn(Client *c, bool *second)
+{
+	*second = c->conn2 != NULL && rnd_int(c, 2) == 0;
+	if (*second)
+		c->st->conn2_ops++;
+	return *second ? c->conn2 : c->conn;
+}
+
+static void
+lease_lost(Client *c, Hold *h, const char *what, int64_t t0)
+{
+	if (t0 + SLACK_US < h->lo_expiry)
+		report(c, &c->st->lease_lost,
+			   "%s on %s (token %" PRId64 ") failed %.1f ms after the grant, "
+			   "with the lease certainly live for %.1f ms more: ENGINE BUG",
+			   what, h->name, h->token, (t0 - h->granted) / 1000.0,
+			   (h->lo_expiry - t0) / 1000.0);
+	else
+		report(c, &c->st->lease_lost,
+			   "%s on %s (token %" PRId64 ") failed %.1f ms after the grant; "
+			   "the ttl was %d ms, so the client stalled past its lease",
+			   what, h->name, h->token, (t0 - h->granted) / 1000.0, h->ttl_ms);
+}
+
+/* Probes made while holding: all must be refused, or be idempotent. */
+static void
+probe(Client *c, Hold *h)
+{
+	char		ttl[32],
+				tok[32];
+	const char *p[3];
+	bool		isnull,
+				second;
+	int64_t		v,
+				t0;
+	PGconn	   *conn;
+
+	snprintf(ttl, sizeof(ttl), "%d ms", h->ttl_ms);
+	switch (rnd_int(c, 6))
+	{
+		case 0:					/* another owner's try */
+			p[0] = h->name;
+			p[1] = "1 s";
+			p[2] = c->intruder;
+			if (!run_int(c, c->conn, "try", 3, p, &isnull, &v))
+				return;
+			if (!isnull)
+				report(c, &c->st->probe_fail,
+					   "intruder %s got %s (token %" PRId64 ") held by %s (token %" PRId64 ")",
+					   c->intruder, h->name, v, c->owner, h->token);
+			break;
+		case 1:					/* another owner's renew */
+			p[0] = h->name;
+			p[1] = "1 s";
+			p[2] = c->intruder;
+			if (!run_int(c, c->conn, "renew", 3, p, &isnull, &v))
+				return;
+			if (!isnull)
+				report(c, &c->st->probe_fail, "intruder %s renewed %s held by %s",
+					   c->intruder, h->name, c->owner);
+			break;
+		case 2:					/* another owner's release */
+			p[0] = h->name;
+			p[1] = c->intruder;
+			p[2] = NULL;
+			if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
+				return;
+			if (isnull || v)
+				report(c, &c->st->probe_fail, "intruder %s released %s held by %s",
+					   c->intruder, h->name, c->owner);
+			break;
+		case 3:					/* our release with a wrong token */
+			p[0] = h->name;
+			p[1] = c->owner;
+			p[2] = i64(tok, rnd_int(c, 2) ? h->token + 1 : h->token - 1);
+			if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
+				return;
+			if (isnull || v)
+				report(c, &c->st->probe_fail,
+					   "release of %s with wrong token %s succeeded (held token %" PRId64 ")",
+					   h->name, tok, h->token);
+			break;
+		default:				/* re-try by the holder, maybe via conn2 */
+			conn = holder_conn(c, &second);
+			p[0] = h->name;
+			p[1] = ttl;
+			p[2] = c->owner;
+			t0 = now_us();
+			if (!run_int(c, conn, "try", 3, p, &isnull, &v))
+				return;
+			c->st->ops++;
+			c->st->tries++;
+			c->st->retries++;
+			if (isnull)
+			{
+				c->st->try_fail++;
+				lease_lost(c, h, second ? "holder re-try (2nd connection)" : "holder re-try", t0);
+			}
+			else if (v != h->token)
+				report(c, &c->st->token_viol,
+					   "holder re-try on %s%s returned token %" PRId64 ", not %" PRId64,
+					   h->name, second ? " (2nd connection)" : "", v, h->token);
+			else
+				h->lo_expiry = t0 + (int64_t) h->ttl_ms * 1000;
+			return;
+	}
+	c->st->ops++;
+	c->st->probes++;
+}
+
+static void
+renew(Client *c, Hold *h)
+{
+	char		ttl[32];
+	const char *p[3];
+	bool		isnull,
+				second;
+	int64_t		v,
+				t0;
+	PGconn	   *conn = holder_conn(c, &second);
+
+	h->ttl_ms = 3000 + rnd_int(c, 5001);
+	snprintf(ttl, sizeof(ttl), "%d ms", h->ttl_ms);
+	p[0] = h->name;
+	p[1] = ttl;
+	p[2] = c->owner;
+	t0 = now_us();
+	if (!run_int(c, conn, "renew", 3, p, &isnull, &v))
+		return;
+	c->st->ops++;
+	c->st->renews++;
+	if (isnull)
+		lease_lost(c, h, second ? "renew (2nd connection)" : "renew", t0);
+	else
+		h->lo_expiry = t0 + (int64_t) h->ttl_ms * 1000;
+}
+
+static void
+critical_section(Client *c, int i, Hold *h)
+{
+	char		nbuf[32],
+				tbuf[32],
+				busy[32];
+	const char *p[3];
+	int64_t		t0 = now_us(),
+				n,
+				write_token;
+	bool		isnull,
+				entered;
+	int			k = 1 + rnd_int(c, 3);
+	int			rows;
+
+	c->st->sections++;
+	if (unsafe)
+		i64(busy, ++c->fake_busy);
+	else
+		i64(busy, h->token);
+	write_token = unsafe_tokens ? c->prev_grant : h->token;
+
+	p[0] = h->name;
+	p[1] = busy;
+	rows = run_cmd(c, c->conn, "enter", 2, p);
+	if (rows < 0)
+		return;
+	entered = rows == 1;
+	if (!entered)
+		report(c, &c->st->overlaps, "%s is busy on entry: another holder is inside (our token %" PRId64 "%s)",
+			   h->name, h->token, unsafe ? ", --unsafe" : "");
+
+	for (int step = 0; step < k && !c->fatal; step++)
+	{
+		if (!unsafe && rnd_int(c, 8) == 0)
+			renew(c, h);
+		if (!unsafe && rnd_int(c, 5) == 0)
+			probe(c, h);
+
+		p[0] = h->name;
+		if (!run_int(c, c->conn, "read", 1, p, &isnull, &n))
+			return;
+		/* widen the read-to-write window now and then */
+		if (rnd_int(c, 3) == 0)
+			usleep(rnd_int(c, 1000));
+		p[1] = i64(nbuf, n + 1);
+		p[2] = i64(tbuf, write_token);
+		rows = run_cmd(c, c->conn,
+					   unsafe ? "write_unsafe" : step == 0 ? "write_first" : "write_next",
+					   3, p);
+		if (rows < 0)
+			return;
+		if (rows == 1)
+		{
+			c->st->increments++;
+			c->st->incr[i]++;
+		}
+		else
+			report(c, &c->st->token_viol,
+				   "%s: write with token %" PRId64 " refused: an earlier holder recorded a %s token",
+				   h->name, write_token, step == 0 ? "higher or equal" : "different");
+	}
+
+	if (entered)
+	{
+		p[0] = h->name;
+		p[1] = busy;
+		rows = run_cmd(c, c->conn, "leave", 2, p);
+		if (rows == 0)
+			report(c, &c->st->overlaps, "%s: busy flag changed by someone else while we held it",
+				   h->name);
+	}
+	{
+		double		ms = (now_us() - t0) / 1000.0;
+
+		if (ms > c->st->max_section_ms)
+			c->st->max_section_ms = ms;
+	}
+}
+
+static void
+main_op(Client *c)
+{
+	int			i = rnd_int(c, nnames);
+	int			mode = rnd_int(c, 100);
+	int			timeout_ms = rnd_int(c, 201);
+	bool		cancel = chaos && rnd_int(c, 50) == 0;
+	char		name[32],
+				ttl[32],
+				tmo[32],
+				tok[32];
+	const char *p[4];
+	Hold		h;
+	bool		isnull,
+				second;
+	int64_t		v,
+				t0,
+				t1;
+	double		ms;
+	PGconn	   *conn;
+
+	snprintf(name, sizeof(name), "lock-%d", i);
+	memset(&h, 0, sizeof(h));
+	h.name = name;
+	h.ttl_ms = 3000 + rnd_int(c, 5001);
+	snprintf(ttl, sizeof(ttl), "%d ms", h.ttl_ms);
+	snprintf(tmo, sizeof(tmo), "%d ms", timeout_ms);
+
+	if (unsafe)
+	{
+		critical_section(c, i, &h);
+		return;
+	}
+
+	p[0] = name;
+	p[1] = ttl;
+	t0 = now_us();
+	if (cancel)
+	{
+		/*
+		 * An unlimited wait ended by statement_timeout after 1-30 ms: either
+		 * a grant or an error that leaves us holding nothing, even if the
+		 * lease was handed to us just before the cancel.
+		 */
+		char		sql[64];
+		PGresult   *res;
+
+		snprintf(sql, sizeof(sql), "SET statement_timeout = '%d ms'", 1 + rnd_int(c, 30));
+		PQclear(PQexec(c->conn, sql));
+		p[2] = NULL;
+		p[3] = c->owner;
+		res = PQexecPrepared(c->conn, "acq", 4, p, NULL, NULL, 0);
+
+		/*
+		 * The SET itself runs under the short timeout and can be cancelled
+		 * on a loaded machine: retry until it sticks.
+		 */
+		for (int k = 0;; k++)
+		{
+			PGresult   *r2 = PQexec(c->conn, "SET statement_timeout = '10s'");
+			bool		ok = PQresultStatus(r2) == PGRES_COMMAND_OK;
+
+			PQclear(r2);
+			if (ok)
+				break;
+			if (k == 100)
+			{
+				report(c, &c->st->errors, "cannot restore statement_timeout: %s",
+					   PQerrorMessage(c->conn));
+				c->fatal = true;
+				PQclear(res);
+				return;
+			}
+		}
+		c->st->ops++;
+		c->st->acquires++;
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && !PQgetisnull(res, 0, 0))
+		{
+			v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+			PQclear(res);
+			c->st->cancel_grants++;
+			t1 = now_us();
+			goto granted;
+		}
+		if (PQresultStatus(res) == PGRES_TUPLES_OK ||
+			strcmp(PQresultErrorField(res, PG_DIAG_SQLSTATE) ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "", "57014") != 0)
+		{
+			report(c, &c->st->errors, "acquire of %s ended by statement_timeout: %s",
+				   name, PQresultStatus(res) == PGRES_TUPLES_OK ? "returned NULL" : PQerrorMessage(c->conn));
+			PQclear(res);
+			c->fatal = true;
+			return;
+		}
+		PQclear(res);
+		c->st->cancels++;
+		p[1] = "1 s";
+		p[2] = c->owner;
+		if (!run_int(c, c->conn, "renew", 3, p, &isnull, &v))
+			return;
+		c->st->ops++;
+		c->st->renews++;
+		if (!isnull)
+		{
+			report(c, &c->st->lease_lost,
+				   "a cancelled acquire of %s left us holding it (renew succeeded): ENGINE BUG", name);
+			p[1] = c->owner;
+			p[2] = NULL;
+			(void) run_int(c, c->conn, "rel", 3, p, &isnull, &v);
+		}
+		return;
+	}
+	if (mode < 40)
+	{
+		p[2] = c->owner;
+		if (!run_int(c, c->conn, "try", 3, p, &isnull, &v))
+			return;
+		c->st->tries++;
+	}
+	else
+	{
+		p[2] = mode < 95 ? tmo : NULL;
+		p[3] = c->owner;
+		if (!run_int(c, c->conn, "acq", 4, p, &isnull, &v))
+			return;
+		c->st->acquires++;
+		if (mode >= 95)
+			c->st->acq_nolimit++;
+	}
+	t1 = now_us();
+	c->st->ops++;
+	ms = (t1 - t0) / 1000.0;
+	if (isnull)
+	{
+		if (mode < 40)
+		{
+			c->st->try_fail++;
+			if (ms > c->st->max_try_ms)
+				c->st->max_try_ms = ms;
+		}
+		else
+		{
+			c->st->acq_timeouts++;
+			if (mode >= 95)
+				report(c, &c->st->probe_fail, "acquire of %s without timeout returned NULL", name);
+			if (ms - timeout_ms > c->st->max_overshoot_ms)
+				c->st->max_overshoot_ms = ms - timeout_ms;
+		}
+		return;
+	}
+	if (mode < 40 && ms > c->st->max_try_ms)
+		c->st->max_try_ms = ms;
+
+granted:
+	h.token = v;
+	h.granted = t1;
+	h.lo_expiry = t0 + (int64_t) h.ttl_ms * 1000;
+	c->st->grants++;
+	c->st->main_grants++;
+	check_new_token(c, name, v);
+	if (c->prev_grant == 0)
+		c->prev_grant = v;
+
+	critical_section(c, i, &h);
+	c->prev_grant = h.token;
+	if (c->fatal)
+		return;
+
+	/* release: usually with the token, sometimes without, maybe via conn2 */
+	conn = holder_conn(c, &second);
+	p[0] = name;
+	p[1] = c->owner;
+	p[2] = rnd_int(c, 10) == 0 ? NULL : i64(tok, h.token);
+	t0 = now_us();
+	if (!run_int(c, conn, "rel", 3, p, &isnull, &v))
+		return;
+	c->st->ops++;
+	c->st->releases++;
+	if (isnull || !v)
+		lease_lost(c, &h, second ? "release (2nd connection)" : "release", t0);
+	else if (rnd_int(c, 10) == 0)
+	{
+		/* a second release of the same lease must fail */
+		p[2] = i64(tok, h.token);
+		if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
+			return;
+		c->st->ops++;
+		c->st->probes++;
+		if (isnull || v)
+			report(c, &c->st->probe_fail, "second release of %s (token %" PRId64 ") succeeded",
+				   name, h.token);
+	}
+}
+
+/*
+ * A session of owner "d<N>" queues for a lock-* name with a 100 ms ttl and
+ * hangs up while waiting (or just after being granted).  Its backend must
+ * leave the queue, and a lease granted meanwhile is only held until its ttl.
+ */
+static void
+disconnect_op(Client *c)
+{
+	char		name[32],
+				owner[32],
+				app[64];
+	const char *p[2];
+	PGconn	   *dc;
+
+	snprintf(name, sizeof(name), "lock-%d", rnd_int(c, nnames));
+	snprintf(owner, sizeof(owner), "d%d", c->id);
+	snprintf(app, sizeof(app), "dlock_stress d%d", c->id);
+	dc = connect_db(app, false);
+	if (dc == NULL)
+	{
+		report(c, &c->st->errors, "connection for a disconnect test failed");
+		c->fatal = true;
+		return;
+	}
+	p[0] = name;
+	p[1] = owner;
+	if (!PQsendQueryParams(dc, "SELECT dlock_acquire($1, '100 ms', NULL, $2)", 2, NULL, p,
+						   NULL, NULL, 0))
+		report(c, &c->st->errors, "send: %s", PQerrorMessage(dc));
+	usleep(rnd_int(c, 20000));
+	PQfinish(dc);
+	c->st->disconnects++;
+}
+
+/* ---------- a client process ---------- */
+
+static void
+client_main(int id, int start_fd)
+{
+	Client	   *c = calloc(1, sizeof(Client));
+	char		app[64],
+				buf;
+	int64_t		end;
+
+	c->id = id;
+	c->st = &results[id];
+	c->rng = seed ^ ((uint64_t) (id + 1) * UINT64_C(0xD1B54A32D192ED03));
+	c->fake_busy = (int64_t) (id + 1) << 32;
+	snprintf(c->owner, sizeof(c->owner), "c%d", id);
+	snprintf(c->intruder, sizeof(c->intruder), "x%d", id);
+	snprintf(app, sizeof(app), "dlock_stress c%d", id);
+	c->conn = connect_db(app, false);
+	if (c->conn == NULL || !prepare_all(c, c->conn))
+		exit(3);
+	if (id % 4 == 1)
+	{
+		snprintf(app, sizeof(app), "dlock_stress c%d/2", id);
+		c->conn2 = connect_db(app, false);
+		if (c->conn2 == NULL || !prepare_all(c, c->conn2))
+			exit(3);
+	}
+
+	/* wait for the parent to open the gate (EOF on the pipe) */
+	while (read(start_fd, &buf, 1) < 0 && errno == EINTR)
+		;
+	end = now_us() + (int64_t) duration * 1000000;
+	while (!c->fatal && now_us() < end)
+	{
+		int			r = rnd_int(c, 1000);
+
+		if (chaos && r < 1)
+			disconnect_op(c);
+		else if (r >= 1000 - exp_pct * 10 && exp_op(c))
+			;
+		else
+			main_op(c);
+	}
+	PQfinish(c->conn);
+	if (c->conn2)
+		PQfinish(c->conn2);
+	c->st->finished = 1;
+	exit(c->fatal ? 1 : 0);
+}
+
+/* ---------- the parent: setup, run, check ---------- */
+
+static PGresult *
+must(PGconn *conn, const char *sql)
+{
+	PGresult   *res = PQexec(conn, sql);
+	ExecStatusType s = PQresultStatus(res);
+
+	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
+	{
+		fprintf(stderr, "setup/check query failed: %s\n%s", sql, PQerrorMessage(conn));
+		exit(2);
+	}
+	return res;
+}
+
+static void
+setup(PGconn *conn)
+{
+	char		sql[256];
+	PGresult   *res;
+	int64_t		deadline;
+
+	PQclear(must(conn, "SET client_min_messages = warning"));
+	res = must(conn, "SELECT 1 FROM pg_extension WHERE extname = 'dlock'");
+	if (PQntuples(res) != 1)
+	{
+		fprintf(stderr, "extension dlock is not installed in this database (CREATE EXTENSION dlock)\n");
+		exit(2);
+	}
+	PQclear(res);
+	PQclear(must(conn, "DROP TABLE IF EXISTS stress_counter, stress_exp"));
+	PQclear(must(conn, "CREATE TABLE stress_counter (name text PRIMARY KEY, "
+				 "n bigint NOT NULL DEFAULT 0, last_token bigint NOT NULL DEFAULT 0, "
+				 "busy bigint NOT NULL DEFAULT 0)"));
+	PQclear(must(conn, "CREATE TABLE stress_exp (name text PRIMARY KEY, "
+				 "last_token bigint NOT NULL DEFAULT 0, prev_token bigint NOT NULL DEFAULT 0, "
+				 "grants bigint NOT NULL DEFAULT 0)"));
+	snprintf(sql, sizeof(sql),
+			 "INSERT INTO stress_counter (name) SELECT 'lock-' || i FROM generate_series(0, %d) i",
+			 nnames - 1);
+	PQclear(must(conn, sql));
+	snprintf(sql, sizeof(sql),
+			 "INSERT INTO stress_exp (name) SELECT 'exp-' || i FROM generate_series(0, %d) i",
+			 nexp - 1);
+	PQclear(must(conn, sql));
+
+	/* leases left by an earlier run must expire first */
+	deadline = now_us() + 10 * 1000000;
+	for (;;)
+	{
+		res = must(conn, "SELECT count(*) FROM dlock_locks "
+				   "WHERE name LIKE 'lock-%' OR name LIKE 'exp-%'");
+		if (strcmp(PQgetvalue(res, 0, 0), "0") == 0)
+		{
+			PQclear(res);
+			break;
+		}
+		PQclear(res);
+		if (now_us() > deadline)
+		{
+			fprintf(stderr, "leases on lock-* / exp-* names are still held; not starting\n");
+			exit(2);
+		}
+		usleep(100000);
+	}
+
+	/* the token sequence so far: every grant of the run must be above it */
+	res = must(conn, "SELECT dlock_try('stress-baseline', '1 s', 'probe')");
+	baseline_token = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	PQclear(must(conn, "SELECT dlock_release('stress-baseline', 'probe')"));
+}
+
+static void
+usage(const char *prog)
+{
+	fprintf(stderr,
+			"usage: %s [options]\n"
+			"  -d, --conninfo=STR   libpq connection string (default: from PG* environment)\n"
+			"  -c, --clients=N      client processes (default 16)\n"
+			"  -n, --names=N        lock-* names with a critical section (default 8)\n"
+			"  -e, --exp-names=N    exp-* names with short leaked leases (default names/2, min 2)\n"
+			"  -p, --exp-pct=P      percent of operations on exp-* names (default 15)\n"
+			"  -t, --duration=S     seconds (default 15)\n"
+			"  -s, --seed=N         random seed (default 1)\n"
+			"  -v, --verbose        per-client lines\n"
+			"  --no-chaos           no cancelled or abandoned waits\n"
+			"  --unsafe             skip the lock around the critical section (must FAIL)\n"
+			"  --unsafe-tokens      write the previous grant's token (must FAIL)\n",
+			prog);
+	exit(2);
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct option longopts[] = {
+		{"conninfo", required_argument, NULL, 'd'},
+		{"clients", required_argument, NULL, 'c'},
+		{"names", required_argument, NULL, 'n'},
+		{"exp-names", required_argument, NULL, 'e'},
+		{"exp-pct", required_argument, NULL, 'p'},
+		{"duration", required_argument, NULL, 't'},
+		{"seed", required_argument, NULL, 's'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"unsafe", no_argument, NULL, 1},
+		{"unsafe-tokens", no_argument, NULL, 2},
+		{"no-chaos", no_argument, NULL, 3},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}
+	};
+	int			opt;
+	int			gate[2];
+	pid_t		pids[MAX_CLIENTS];
+	int			status[MAX_CLIENTS];
+	int			running;
+	int64_t		t_start,
+				t_end,
+				deadline;
+	PGconn	   *conn;
+	PGresult   *res;
+	Stats		tot;
+	bool		fail = false;
+	bool		hung = false;
+	long		lost = 0,
+				phantom = 0,
+				check_viol = 0;
+	double		secs;
+
+	while ((opt = getopt_long(argc, argv, "d:c:n:e:p:t:s:vh", longopts, NULL)) != -1)
+	{
+		switch (opt)
+		{
+			case 'd':
+				conninfo = optarg;
+				break;
+			case 'c':
+				nclients = atoi(optarg);
+				break;
+			case 'n':
+				nnames = atoi(optarg);
+				break;
+			case 'e':
+				nexp = atoi(optarg);
+				break;
+			case 'p':
+				exp_pct = atoi(optarg);
+				break;
+			case 't':
+				duration = atoi(optarg);
+				break;
+			case 's':
+				seed = strtoull(optarg, NULL, 10);
+				break;
+			case 'v':
+				verbose = true;
+				break;
+			case 1:
+				unsafe = true;
+				break;
+			case 2:
+				unsafe_tokens = true;
+				break;
+			case 3:
+				chaos = false;
+				break;
+			default:
+				usage(argv[0]);
+		}
+	}
+	if (optind < argc)
+		usage(argv[0]);
+	if (nexp < 0)
+		nexp = nnames / 2 < 2 ? 2 : nnames / 2;
+	if (nclients < 1 || nclients > MAX_CLIENTS || nnames < 1 || nnames > MAX_NAMES ||
+		nexp < 1 || nexp > MAX_NAMES || duration < 1 || exp_pct < 0 || exp_pct > 100)
+	{
+		fprintf(stderr, "option out of range (clients 1..%d, names 1..%d, exp-names 1..%d, duration >= 1, exp-pct 0..100)\n",
+				MAX_CLIENTS, MAX_NAMES, MAX_NAMES);
+		exit(2);
+	}
+
+	results = mmap(NULL, sizeof(Stats) * nclients + sizeof(int), PROT_READ | PROT_WRITE,
+				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (results == MAP_FAILED)
+	{
+		perror("mmap");
+		exit(2);
+	}
+	memset(results, 0, sizeof(Stats) * nclients + sizeof(int));
+	all_reports = (int *) &results[nclients];
+	token_seen = mmap(NULL, TOKEN_BITS / 8, PROT_READ | PROT_WRITE,
+					  MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (token_seen == MAP_FAILED)
+	{
+		perror("mmap");
+		exit(2);
+	}
+
+	conn = connect_db("dlock_stress checker", true);
+	setup(conn);
+
+	printf("dlock_stress: %d clients (%d with a second connection per owner), %d names + %d exp names, "
+		   "%d s, seed %" PRIu64 "%s%s\n",
+		   nclients, (nclients + 2) / 4, nnames, nexp, duration, seed,
+		   unsafe ? ", UNSAFE (no lock)" : "", unsafe_tokens ? ", UNSAFE-TOKENS (stale tokens)" : "");
+	fflush(stdout);
+
+	if (pipe(gate) != 0)
+	{
+		perror("pipe");
+		exit(2);
+	}
+	for (int i = 0; i < nclients; i++)
+	{
+		pids[i] = fork();
+		if (pids[i] < 0)
+		{
+			perror("fork");
+			exit(2);
+		}
+		if (pids[i] == 0)
+		{
+			/* the checker's connection is the parent's: leave it alone */
+			close(gate[1]);
+			client_main(i, gate[0]);
+		}
+		status[i] = -1;
+	}
+	close(gate[0]);
+	t_start = now_us();
+	close(gate[1]);				/* start */
+
+	/* wait for everyone; a client stuck 30 s past the end is a hang */
+	running = nclients;
+	deadline = t_start + (int64_t) (duration + 30) * 1000000;
+	while (running > 0)
+	{
+		int			st;
+		pid_t		pid = waitpid(-1, &st, WNOHANG);
+
+		if (pid > 0)
+		{
+			for (int i = 0; i < nclients; i++)
+				if (pids[i] == pid)
+				{
+					status[i] = st;
+					running--;
+				}
+			continue;
+		}
+		if (now_us() > deadline)
+		{
+			hung = true;
+			for (int i = 0; i < nclients; i++)
+				if (status[i] == -1)
+				{
+					fprintf(stderr, "c%d: HANG: still running 30 s after the end; killing pid %d\n",
+							i, (int) pids[i]);
+					kill(pids[i], SIGKILL);
+				}
+			deadline = INT64_MAX;
+		}
+		usleep(20000);
+	}
+	t_end = now_us();
+	secs = (t_end - t_start) / 1e6;
+
+	/* totals */
+	memset(&tot, 0, sizeof(tot));
+	for (int i = 0; i < nclients; i++)
+	{
+		Stats	   *s = &results[i];
+
+		tot.ops += s->ops;
+		tot.grants += s->grants;
+		tot.main_grants += s->main_grants;
+		tot.exp_grants += s->exp_grants;
+		tot.tries += s->tries;
+		tot.try_fail += s->try_fail;
+		tot.acquires += s->acquires;
+		tot.acq_nolimit += s->acq_nolimit;
+		tot.acq_timeouts += s->acq_timeouts;
+		tot.renews += s->renews;
+		tot.releases += s->releases;
+		tot.conn2_ops += s->conn2_ops;
+		tot.retries += s->retries;
+		tot.probes += s->probes;
+		tot.sections += s->sections;
+		tot.increments += s->increments;
+		tot.exp_inconclusive += s->exp_inconclusive;
+		tot.exp_skips += s->exp_skips;
+		tot.cancels += s->cancels;
+		tot.cancel_grants += s->cancel_grants;
+		tot.disconnects += s->disconnects;
+		tot.token_viol += s->token_viol;
+		tot.overlaps += s->overlaps;
+		tot.lease_lost += s->lease_lost;
+		tot.probe_fail += s->probe_fail;
+		tot.errors += s->errors;
+		tot.dup_tokens += s->dup_tokens;
+		tot.unchecked_tokens += s->unchecked_tokens;
+		if (s->max_try_ms > tot.max_try_ms)
+			tot.max_try_ms = s->max_try_ms;
+		if (s->max_overshoot_ms > tot.max_overshoot_ms)
+			tot.max_overshoot_ms = s->max_overshoot_ms;
+		if (s->max_section_ms > tot.max_section_ms)
+			tot.max_section_ms = s->max_section_ms;
+		if (s->max_token > tot.max_token)
+			tot.max_token = s->max_token;
+		for (int k = 0; k < nnames; k++)
+			tot.incr[k] += s->incr[k];
+		if (verbose)
+			printf("  c%-3d ops %6ld grants %5ld try-fail %5ld timeouts %5ld incr %5ld max-token %" PRId64 "%s\n",
+				   i, s->ops, s->grants, s->try_fail, s->acq_timeouts, s->increments,
+				   s->max_token, s->finished ? "" : "  (did not finish)");
+		if (!s->finished || !WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0)
+		{
+			fprintf(stderr, "c%d: did not finish cleanly (%s %d)\n", i,
+					WIFEXITED(status[i]) ? "exit" : "signal",
+					WIFEXITED(status[i]) ? WEXITSTATUS(status[i]) : WTERMSIG(status[i]));
+			fail = true;
+		}
+	}
+
+	/* mutual exclusion: every increment made under the lock is in the table */
+	res = must(conn, "SELECT name, n, busy FROM stress_counter ORDER BY name");
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		const char *nm = PQgetvalue(res, r, 0);
+		int			k = atoi(nm + strlen("lock-"));
+		int64_t		n = strtoll(PQgetvalue(res, r, 1), NULL, 10);
+		int64_t		busy = strtoll(PQgetvalue(res, r, 2), NULL, 10);
+
+		if (n < tot.incr[k])
+		{
+			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but clients made %" PRId64
+					" increments: %" PRId64 " lost updates\n", nm, n, tot.incr[k], tot.incr[k] - n);
+			lost += tot.incr[k] - n;
+		}
+		else if (n > tot.incr[k])
+		{
+			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but clients made only %" PRId64 "\n",
+					nm, n, tot.incr[k]);
+			phantom += n - tot.incr[k];
+		}
+		if (busy != 0 && !hung)
+		{
+			fprintf(stderr, "VIOLATION: %s: busy flag %" PRId64 " left set\n", nm, busy);
+			check_viol++;
+		}
+	}
+	PQclear(res);
+
+	/*
+	 * No waiter left behind.  Sessions that hung up while waiting get up to
+	 * 2 s to notice.
+	 */
+	for (int tries = 0;; tries++)
+	{
+		res = must(conn, "SELECT pid, name, owner, queue_position FROM dlock_waiters");
+		if (PQntuples(res) == 0 || tries == 20)
+			break;
+		PQclear(res);
+		usleep(100000);
+	}
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		fprintf(stderr, "VIOLATION: waiter left behind: pid %s name %s owner %s position %s\n",
+				PQgetvalue(res, r, 0), PQgetvalue(res, r, 1), PQgetvalue(res, r, 2),
+				PQgetvalue(res, r, 3));
+		check_viol++;
+	}
+	PQclear(res);
+
+	/* no lease still held by a stress owner, except the leaked exp-* ones */
+	res = must(conn, "SELECT name, owner, token, expires_at FROM dlock_locks "
+			   "WHERE owner ~ '^[cx][0-9]+$' AND name NOT LIKE 'exp-%'");
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		fprintf(stderr, "VIOLATION: lease left behind: %s held by %s token %s until %s\n",
+				PQgetvalue(res, r, 0), PQgetvalue(res, r, 1), PQgetvalue(res, r, 2),
+				PQgetvalue(res, r, 3));
+		check_viol++;
+	}
+	PQclear(res);
+
+	/*
+	 * Every name is free now (exp-* leases last at most 100 ms) and its next
+	 * grant carries a token above every token the clients saw.
+	 */
+	usleep(150000);
+	{
+		int64_t		last_probe = tot.max_token;
+
+		for (int kind = 0; kind < 2; kind++)
+			for (int k = 0; k < (kind == 0 ? nnames : nexp); k++)
+			{
+				char		name[32];
+				const char *p[3];
+				char		tok[32];
+
+				snprintf(name, sizeof(name), kind == 0 ? "lock-%d" : "exp-%d", k);
+				p[0] = name;
+				res = PQexecParams(conn, "SELECT dlock_try($1, '5 s', 'probe')", 1, NULL, p,
+								   NULL, NULL, 0);
+				if (PQresultStatus(res) != PGRES_TUPLES_OK)
+				{
+					fprintf(stderr, "probe try on %s failed: %s", name, PQerrorMessage(conn));
+					check_viol++;
+					PQclear(res);
+					continue;
+				}
+				if (PQgetisnull(res, 0, 0))
+				{
+					fprintf(stderr, "VIOLATION: %s is not free after the run\n", name);
+					check_viol++;
+					PQclear(res);
+					continue;
+				}
+				strncpy(tok, PQgetvalue(res, 0, 0), sizeof(tok) - 1);
+				tok[sizeof(tok) - 1] = '\0';
+				PQclear(res);
+				if (strtoll(tok, NULL, 10) <= last_probe)
+				{
+					fprintf(stderr, "VIOLATION: final grant on %s has token %s, not above %" PRId64 "\n",
+							name, tok, last_probe);
+					tot.token_viol++;
+				}
+				else
+					last_probe = strtoll(tok, NULL, 10);
+				p[1] = tok;
+				res = PQexecParams(conn, "SELECT dlock_release($1, 'probe', $2::bigint)", 2, NULL, p,
+								   NULL, NULL, 0);
+				if (PQresultStatus(res) != PGRES_TUPLES_OK ||
+					strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+				{
+					fprintf(stderr, "VIOLATION: release of the final grant on %s failed %s\n",
+							name, PQerrorMessage(conn));
+					check_viol++;
+				}
+				PQclear(res);
+			}
+	}
+	PQfinish(conn);
+
+	printf("clients        %d\n", nclients);
+	printf("seconds        %.1f\n", secs);
+	printf("total ops      %ld (%.0f ops/s; dlock calls)\n", tot.ops, tot.ops / secs);
+	printf("grants         %ld (lock-* %ld, exp-* %ld; %.0f grants/s)\n",
+		   tot.grants, tot.main_grants, tot.exp_grants, tot.grants / secs);
+	printf("tries          %ld, failed %ld\n", tot.tries, tot.try_fail);
+	printf("waits          %ld acquire calls (%ld without timeout), timeouts %ld\n",
+		   tot.acquires, tot.acq_nolimit, tot.acq_timeouts);
+	printf("renews         %ld\n", tot.renews);
+	printf("releases       %ld\n", tot.releases);
+	printf("holder re-try  %ld; second-connection calls %ld; refused probes %ld\n",
+		   tot.retries, tot.conn2_ops, tot.probes);
+	printf("sections       %ld, increments %ld\n", tot.sections, tot.increments);
+	printf("latency        try max %.1f ms; acquire timeout overshoot max %.1f ms; section max %.1f ms\n",
+		   tot.max_try_ms, tot.max_overshoot_ms, tot.max_section_ms);
+	printf("exp records    %ld inconclusive (lease may have expired before the record)\n",
+		   tot.exp_inconclusive);
+	printf("chaos          %ld acquires cancelled by statement_timeout (%ld granted first), "
+		   "%ld sessions hung up while waiting\n",
+		   tot.cancels, tot.cancel_grants, tot.disconnects);
+	printf("max token      %" PRId64 " (%" PRId64 " issued during the run, before the final probes)\n",
+		   tot.max_token, tot.max_token - baseline_token);
+	printf("lost updates   %ld%s\n", lost, phantom ? " (plus phantom increments)" : "");
+	printf("overlaps       %ld\n", tot.overlaps);
+	printf("token violations %ld; duplicate tokens %ld (%ld beyond the duplicate check)\n",
+		   tot.token_viol, tot.dup_tokens, tot.unchecked_tokens);
+	printf("leases lost    %ld (release false / renew NULL / holder re-try refused)\n", tot.lease_lost);
+	printf("probe failures %ld\n", tot.probe_fail);
+	printf("end-state violations %ld\n", check_viol);
+	printf("errors         %ld%s\n", tot.errors, hung ? " (HANG)" : "");
+
+	if (lost || phantom || tot.overlaps || tot.token_viol || tot.dup_tokens || tot.lease_lost ||
+		tot.probe_fail || check_viol || tot.errors || hung)
+		fail = true;
+	printf("RESULT: %s\n", fail ? "FAIL" : "PASS");
+	return fail ? 1 : 0;
+}
