@@ -22,7 +22,7 @@
 # Environment:
 #   PG_CONFIG            pg_config to build with (default: PostgreSQL 15's)
 #   DLOCK_TEST_DIR       scratch base directory (default: test/tmp)
-#   DLOCK_SUITE_TIMEOUT  seconds allowed for each test/suites script (default 900)
+#   DLOCK_SUITE_TIMEOUT  seconds allowed for each suite (default 900)
 #   DLOCK_SKIP_SETUP=1   do not run test/setup.sh
 set -uo pipefail
 
@@ -97,6 +97,49 @@ stop_scratch_servers() {
 	echo "$n"
 }
 
+# A hung test must not hang CI: each suite gets DLOCK_SUITE_TIMEOUT seconds.
+# The suite stays in our process group (so Ctrl-C reaches all of it); a
+# watchdog in the background kills its whole process tree when time is up
+# (timeout(1) would kill only make, and tee would wait on pg_regress).
+suite_timeout=${DLOCK_SUITE_TIMEOUT:-900}
+wd_pid=""
+
+# Processes under $1, leaving out the subtree rooted at $2.
+tree_except() {
+	local p
+	for p in $(pgrep -P "$1" 2>/dev/null); do
+		[[ "$p" == "$2" ]] && continue
+		tree_except "$p" "$2"
+		echo "$p"
+	done
+}
+
+watchdog_start() {
+	rm -f "$work/.timed_out"
+	(
+		trap 'kill $sp 2>/dev/null; exit 0' TERM
+		sleep "$suite_timeout" &
+		sp=$!
+		wait "$sp" || exit 0	# sleep killed: we are being stopped
+		touch "$work/.timed_out"
+		me=$BASHPID
+		kill -TERM $(tree_except $$ "$me") 2>/dev/null
+		for i in $(seq 50); do
+			[[ -z "$(tree_except $$ "$me")" ]] && exit 0
+			sleep 0.1
+		done
+		kill -KILL $(tree_except $$ "$me") 2>/dev/null
+	) 9>&- &
+	wd_pid=$!
+}
+
+# Stops the watchdog; true if it fired.
+watchdog_stop() {
+	[[ -n "$wd_pid" ]] && { kill "$wd_pid" 2>/dev/null; wait "$wd_pid" 2>/dev/null; }
+	wd_pid=""
+	[[ -e "$work/.timed_out" ]]
+}
+
 descendants() {
 	local p
 	for p in $(pgrep -P "$1" 2>/dev/null); do
@@ -108,6 +151,7 @@ descendants() {
 on_signal() {
 	trap - INT TERM
 	interrupted=1
+	watchdog_stop
 	echo
 	echo "run-tests: interrupted by SIG$1${current:+ during $current}" >&2
 	local kids
@@ -122,6 +166,7 @@ on_signal() {
 on_exit() {
 	local rc=$? n
 	trap - EXIT INT TERM
+	watchdog_stop
 	n=$(stop_scratch_servers)
 	if ((n > 0)); then
 		echo "run-tests: stopped $n leftover server process(es) under $work"
@@ -231,6 +276,7 @@ run_as_test_user() {
 		"$@" 9>&-)	# the run lock (fd 9) must not live on in servers
 }
 
+
 # record <suite> <passed> <failed> <seconds> <failed names...>
 record() {
 	local suite=$1 p=$2 f=$3 s=$4
@@ -254,8 +300,10 @@ run_pg_regress_suite() {
 	hr "$suite"
 	current=$suite
 	t0=$(now)
+	watchdog_start
 	run_as_test_user "$@" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
+	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
 	s=$(secs "$t0" "$(now)")
 	p=$(grep -cE '^(test|     ) *[^ ]+ +\.\.\. (ok|failed \(ignored\))' "$log")
 	# Anything else after "name ... " is a failure: "FAILED", or a diff
@@ -297,8 +345,10 @@ run_tap_suite() {
 	hr "$suite"
 	current=$suite
 	t0=$(now)
+	watchdog_start
 	run_as_test_user make --no-print-directory installcheck REGRESS= ISOLATION= 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
+	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
 	s=$(secs "$t0" "$(now)")
 	# prove: "Files=N, Tests=M, ..."; failed files are listed in the
 	# "Test Summary Report" as "path (Wstat: ... Tests: ... Failed: ...)".
@@ -345,16 +395,16 @@ run_script_suite() {
 		mkdir -p "$tmpd" && ((${#as_test_user[@]})) && chown "$test_user:" "$tmpd"
 		tmpenv=(TMPDIR="$tmpd")
 	fi
-	run_as_test_user env "${tmpenv[@]}" \
-		timeout --foreground -k 10 "${DLOCK_SUITE_TIMEOUT:-900}" "./$rel" 2>&1 | tee "$log"
+	watchdog_start
+	run_as_test_user env "${tmpenv[@]}" "./$rel" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
+	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
 	s=$(secs "$t0" "$(now)")
 	n=$(stop_scratch_servers)
 	((n > 0)) && echo "--- $suite left $n server process(es) running; stopped them"
 	if ((rc == 0)); then
 		record "$suite" 1 0 "$s"
 	else
-		((rc == 124)) && echo "--- $suite timed out after ${DLOCK_SUITE_TIMEOUT:-900} s"
 		echo "--- full output: $log"
 		record "$suite" 0 1 "$s" "exit status $rc"
 	fi
