@@ -2,7 +2,8 @@
 # Randomized stress test of dlock: mutual exclusion and fencing-token order.
 #
 # Builds test/stress/dlock_stress, starts a throwaway cluster of its own
-# (unix socket only, shared_preload_libraries = 'dlock') in a temp dir,
+# (unix socket only, shared_preload_libraries = 'dlock') under
+# test/tmp/stress.* of the checkout (socket in a short private dir in /tmp),
 # runs the tool and exits with its status.  Run it as a non-root user that
 # can run initdb (the harness uses postgres), after `make install` of dlock:
 #
@@ -10,10 +11,12 @@
 #
 # Environment: STRESS_SEED (default: derived from the clock, printed),
 # STRESS_DURATION (15), STRESS_CLIENTS (16), STRESS_NAMES (8),
-# STRESS_ARGS (extra options for dlock_stress), PG_CONFIG.
+# STRESS_ARGS (extra options for dlock_stress), PG_CONFIG, DLOCK_TOP (checkout
+# to use; default: this script's), DLOCK_LOGDIR (the server log is copied
+# there on failure).
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here=${DLOCK_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 if [ -z "${PG_CONFIG:-}" ]; then
 	if [ -x /usr/lib/postgresql/15/bin/pg_config ]; then
 		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
@@ -39,16 +42,23 @@ fi
 
 make -s -C "$here/test/stress" PG_CONFIG="$PG_CONFIG"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-stress.XXXXXX")
+mkdir -p "$here/test/tmp"
+tmp=$(mktemp -d "$here/test/tmp/stress.XXXXXX")
+sock=$(mktemp -d /tmp/dlock-stress-sock.XXXXXX)	# socket paths must be short
 started=
 cleanup() {
 	rc=$?
 	if [ -n "$started" ]; then
 		"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w stop >/dev/null 2>&1 || true
 	fi
+	rm -rf "$sock"
 	if [ $rc -ne 0 ] && [ -f "$tmp/server.log" ]; then
 		echo "--- last lines of the server log ($tmp/server.log):" >&2
 		tail -n 30 "$tmp/server.log" >&2
+		if [ -n "${DLOCK_LOGDIR:-}" ] && mkdir -p "$DLOCK_LOGDIR" 2>/dev/null; then
+			cp "$tmp/server.log" "$DLOCK_LOGDIR/stress-server.log" &&
+				echo "--- server log copied to $DLOCK_LOGDIR/stress-server.log" >&2
+		fi
 		echo "--- kept $tmp for inspection" >&2
 	else
 		rm -rf "$tmp"
@@ -62,7 +72,7 @@ trap 'exit 130' INT TERM
 	{ cat "$tmp/initdb.log" >&2; exit 2; }
 cat >>"$tmp/data/postgresql.conf" <<CONF
 listen_addresses = ''
-unix_socket_directories = '$tmp'
+unix_socket_directories = '$sock'
 port = 54329
 shared_preload_libraries = 'dlock'
 max_connections = 100
@@ -73,7 +83,7 @@ CONF
 started=1
 
 unset PGSERVICE PGOPTIONS PGUSER PGPASSWORD PGHOSTADDR
-export PGHOST="$tmp" PGPORT=54329 PGDATABASE=postgres
+export PGHOST="$sock" PGPORT=54329 PGDATABASE=postgres
 "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION dlock' >/dev/null
 
 echo "stress.sh: seed $seed (rerun with STRESS_SEED=$seed)"
