@@ -1,0 +1,359 @@
+/*
+ * handoff.c
+ *		Release-to-waiter handoff latency: dlock versus PostgreSQL advisory locks.
+ *
+ * Three connections: A and B take turns holding one lock, M watches.
+ * Each iteration:
+ *   1. the holder H already holds the lock;
+ *   2. the waiter W sends a blocking acquire asynchronously;
+ *   3. M polls until W is really queued (dlock_waiters, or pg_locks with
+ *      granted = false for advisory locks);
+ *   4. t0 = clock_gettime(CLOCK_MONOTONIC) just before H's release is sent;
+ *      the client then poll()s both sockets and records
+ *        t_waiter  = when W's acquire result is complete (W now owns the lock),
+ *        t_release = when H's release result is complete;
+ *   5. the roles swap, so W is the holder of the next iteration.
+ * handoff = t_waiter - t0.  It contains the release's trip to the server
+ * and its execution, the wakeup of the waiting backend and the grant
+ * result's trip back to the client; it does not wait for H's own reply.
+ *
+ * All statements are prepared once (like pgbench -M prepared).
+ *
+ * usage: handoff "conninfo" [iterations] [warmup] [modes]
+ *   modes: comma list of dlock,advisory (default both, run in that order)
+ * Output: one line per mode, "key=value" pairs, times in microseconds.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libpq-fe.h>
+
+typedef struct Mode
+{
+	const char *name;
+	const char *acquire;		/* $1 = owner */
+	const char *release;		/* $1 = owner */
+	const char *queued;			/* $1 = pid of the waiter; returns a count */
+	const char *cleanup;		/* run on both connections before and after */
+} Mode;
+
+static const Mode modes[] = {
+	{
+		"dlock",
+		"SELECT dlock_acquire('bench_handoff', '60 s', '30 s', $1::text)",
+		"SELECT dlock_release('bench_handoff', $1::text)",
+		"SELECT count(*) FROM dlock_waiters WHERE pid = $1::int AND name = 'bench_handoff'",
+		"SELECT dlock_release('bench_handoff', $1::text)",
+	},
+	{
+		"advisory",
+		"SELECT pg_advisory_lock(424242) WHERE $1::text IS NOT NULL",
+		"SELECT pg_advisory_unlock(424242) WHERE $1::text IS NOT NULL",
+		"SELECT count(*) FROM pg_locks WHERE pid = $1::int AND locktype = 'advisory' AND NOT granted",
+		"SELECT pg_advisory_unlock_all() WHERE $1::text IS NOT NULL",
+	},
+};
+
+static double
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void
+die(PGconn *conn, const char *what)
+{
+	fprintf(stderr, "handoff: %s: %s\n", what, conn ? PQerrorMessage(conn) : "");
+	exit(1);
+}
+
+static PGconn *
+connect_one(const char *conninfo, const char *appname)
+{
+	PGconn	   *conn = PQconnectdb(conninfo);
+	char		sql[128];
+	PGresult   *res;
+
+	if (PQstatus(conn) != CONNECTION_OK)
+		die(conn, "connect");
+	snprintf(sql, sizeof(sql), "SET application_name = '%s'", appname);
+	res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		die(conn, sql);
+	PQclear(res);
+	return conn;
+}
+
+static void
+prepare(PGconn *conn, const char *name, const char *sql)
+{
+	PGresult   *res = PQprepare(conn, name, sql, 0, NULL);
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		die(conn, sql);
+	PQclear(res);
+}
+
+/* Runs a prepared statement with one parameter; returns the first value. */
+static char *
+exec1(PGconn *conn, const char *stmt, const char *param, char *buf, size_t len)
+{
+	PGresult   *res = PQexecPrepared(conn, stmt, 1, &param, NULL, NULL, 0);
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		die(conn, stmt);
+	if (buf)
+		snprintf(buf, len, "%s", PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ?
+				 PQgetvalue(res, 0, 0) : "NULL");
+	PQclear(res);
+	return buf;
+}
+
+/* Reads the one result of an async query; checks it's a non-null, non-false value. */
+static void
+finish_async(PGconn *conn, const char *what)
+{
+	PGresult   *res;
+	int			seen = 0;
+
+	while ((res = PQgetResult(conn)) != NULL)
+	{
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			die(conn, what);
+		if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0) ||
+			strcmp(PQgetvalue(res, 0, 0), "f") == 0)
+		{
+			fprintf(stderr, "handoff: %s returned %s\n", what,
+					PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) ?
+					PQgetvalue(res, 0, 0) : "NULL/no row");
+			exit(1);
+		}
+		seen++;
+		PQclear(res);
+	}
+	if (seen != 1)
+	{
+		fprintf(stderr, "handoff: %s: %d results\n", what, seen);
+		exit(1);
+	}
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a,
+				y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* nearest-rank percentile of a sorted array */
+static double
+pct(const double *v, int n, double p)
+{
+	int			i = (int) (p * n + 0.999999) - 1;
+
+	if (i < 0)
+		i = 0;
+	if (i >= n)
+		i = n - 1;
+	return v[i];
+}
+
+static void
+run_mode(const Mode *m, PGconn *a, PGconn *b, PGconn *mon, int iters, int warmup)
+{
+	PGconn	   *conn[2] = {a, b};
+	const char *owner[2] = {"bench_handoff_A", "bench_handoff_B"};
+	char		pid[2][16];
+	double	   *handoff = malloc(sizeof(double) * iters);
+	double	   *release = malloc(sizeof(double) * iters);
+	double	   *queuewait = malloc(sizeof(double) * iters);
+	char		buf[64];
+	int			h = 0;			/* index of the holder */
+	double		sum = 0;
+	int			polls = 0;
+
+	for (int i = 0; i < 2; i++)
+	{
+		snprintf(pid[i], sizeof(pid[i]), "%d", PQbackendPID(conn[i]));
+		prepare(conn[i], "acq", m->acquire);
+		prepare(conn[i], "rel", m->release);
+		prepare(conn[i], "clean", m->cleanup);
+		exec1(conn[i], "clean", owner[i], NULL, 0);
+	}
+	prepare(mon, "queued", m->queued);
+
+	/* A takes the lock uncontended. */
+	exec1(conn[h], "acq", owner[h], buf, sizeof(buf));
+	if (strcmp(buf, "NULL") == 0)
+		die(NULL, "first acquire returned NULL");
+
+	for (int it = 0; it < warmup + iters; it++)
+	{
+		int			w = 1 - h;
+		const char *wp = owner[w];
+		const char *hp = owner[h];
+		double		t0,
+					tq,
+					t_wait = 0,
+					t_rel = 0;
+		struct pollfd pfd[2];
+
+		/* the waiter blocks in the server */
+		tq = now_us();
+		if (!PQsendQueryPrepared(conn[w], "acq", 1, &wp, NULL, NULL, 0))
+			die(conn[w], "send acquire");
+		/* until it's really queued */
+		for (;;)
+		{
+			exec1(mon, "queued", pid[w], buf, sizeof(buf));
+			polls++;
+			if (strcmp(buf, "1") == 0)
+				break;
+			if (now_us() - tq > 10e6)
+				die(NULL, "waiter never showed up as queued");
+		}
+		tq = now_us() - tq;
+
+		t0 = now_us();
+		if (!PQsendQueryPrepared(conn[h], "rel", 1, &hp, NULL, NULL, 0))
+			die(conn[h], "send release");
+		while (t_wait == 0 || t_rel == 0)
+		{
+			pfd[0].fd = PQsocket(conn[w]);
+			pfd[0].events = t_wait == 0 ? POLLIN : 0;
+			pfd[1].fd = PQsocket(conn[h]);
+			pfd[1].events = t_rel == 0 ? POLLIN : 0;
+			if (poll(pfd, 2, 10000) <= 0)
+			{
+				fprintf(stderr, "handoff: poll: %s\n", errno ? strerror(errno) : "timeout");
+				exit(1);
+			}
+			if (t_wait == 0 && (pfd[0].revents & (POLLIN | POLLERR | POLLHUP)))
+			{
+				if (!PQconsumeInput(conn[w]))
+					die(conn[w], "consume");
+				if (!PQisBusy(conn[w]))
+					t_wait = now_us();
+			}
+			if (t_rel == 0 && (pfd[1].revents & (POLLIN | POLLERR | POLLHUP)))
+			{
+				if (!PQconsumeInput(conn[h]))
+					die(conn[h], "consume");
+				if (!PQisBusy(conn[h]))
+					t_rel = now_us();
+			}
+		}
+		finish_async(conn[w], "waiter's acquire");
+		finish_async(conn[h], "holder's release");
+
+		if (it >= warmup)
+		{
+			handoff[it - warmup] = t_wait - t0;
+			release[it - warmup] = t_rel - t0;
+			queuewait[it - warmup] = tq;
+			sum += t_wait - t0;
+		}
+		h = w;
+	}
+	exec1(conn[h], "rel", owner[h], NULL, 0);
+
+	qsort(handoff, iters, sizeof(double), cmp_double);
+	qsort(release, iters, sizeof(double), cmp_double);
+	qsort(queuewait, iters, sizeof(double), cmp_double);
+	printf("mode=%s n=%d p50=%.1f p90=%.1f p99=%.1f max=%.1f mean=%.1f min=%.1f "
+		   "release_rtt_p50=%.1f release_rtt_p99=%.1f queue_p50=%.1f monitor_polls=%d\n",
+		   m->name, iters, pct(handoff, iters, 0.50), pct(handoff, iters, 0.90),
+		   pct(handoff, iters, 0.99), handoff[iters - 1], sum / iters, handoff[0],
+		   pct(release, iters, 0.50), pct(release, iters, 0.99),
+		   pct(queuewait, iters, 0.50), polls);
+	fflush(stdout);
+	free(handoff);
+	free(release);
+	free(queuewait);
+}
+
+/* Median round trip of a prepared SELECT 1, for scale. */
+static void
+baseline(PGconn *conn, int iters)
+{
+	double	   *v = malloc(sizeof(double) * iters);
+
+	prepare(conn, "one", "SELECT 1 WHERE $1::text IS NOT NULL");
+	for (int i = 0; i < iters; i++)
+	{
+		double		t = now_us();
+
+		exec1(conn, "one", "x", NULL, 0);
+		v[i] = now_us() - t;
+	}
+	qsort(v, iters, sizeof(double), cmp_double);
+	printf("mode=select1_rtt n=%d p50=%.1f p90=%.1f p99=%.1f max=%.1f\n",
+		   iters, pct(v, iters, 0.5), pct(v, iters, 0.9), pct(v, iters, 0.99), v[iters - 1]);
+	free(v);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *conninfo;
+	int			iters = 1000;
+	int			warmup = 50;
+	char	   *modelist;
+	PGconn	   *a,
+			   *b,
+			   *mon;
+
+	if (argc < 2)
+	{
+		fprintf(stderr, "usage: %s conninfo [iterations] [warmup] [dlock,advisory]\n", argv[0]);
+		return 2;
+	}
+	conninfo = argv[1];
+	if (argc > 2)
+		iters = atoi(argv[2]);
+	if (argc > 3)
+		warmup = atoi(argv[3]);
+	modelist = strdup(argc > 4 ? argv[4] : "dlock,advisory");
+	if (iters < 1 || warmup < 0)
+	{
+		fprintf(stderr, "handoff: bad iteration counts\n");
+		return 2;
+	}
+
+	a = connect_one(conninfo, "handoff_A");
+	b = connect_one(conninfo, "handoff_B");
+	mon = connect_one(conninfo, "handoff_monitor");
+
+	baseline(a, iters);
+	for (char *tok = strtok(modelist, ","); tok; tok = strtok(NULL, ","))
+	{
+		const Mode *m = NULL;
+
+		for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+			if (strcmp(modes[i].name, tok) == 0)
+				m = &modes[i];
+		if (m == NULL)
+		{
+			fprintf(stderr, "handoff: unknown mode %s\n", tok);
+			return 2;
+		}
+		/* fresh statement names per mode: deallocate the old ones */
+		PQclear(PQexec(a, "DEALLOCATE ALL"));
+		PQclear(PQexec(b, "DEALLOCATE ALL"));
+		PQclear(PQexec(mon, "DEALLOCATE ALL"));
+		run_mode(m, a, b, mon, iters, warmup);
+	}
+	PQfinish(a);
+	PQfinish(b);
+	PQfinish(mon);
+	return 0;
+}
