@@ -18,7 +18,6 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso \
 	--load-extension=dlock
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
-PROVE_FLAGS = -I $(srcdir)/test/perl
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 EXTRA_CLEAN = tmp_regress tmp_iso tmp_check test/output_iso results regression.diffs regression.out

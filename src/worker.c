@@ -67,7 +67,7 @@ dlock_worker_register(void)
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 1;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "dlock");
@@ -170,6 +170,8 @@ dlock_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
+	/* no database, like the logical replication launcher: shows in pg_stat_activity */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	state->latch = MyLatch;
 	ereport(LOG, (errmsg("dlock worker started")));
