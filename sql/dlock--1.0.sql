@@ -66,6 +66,11 @@ CREATE FUNCTION dlock_list_waiters(
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_list_waiters' LANGUAGE C VOLATILE;
 
+-- Breaks the lease on a name whoever holds it (at commit); logged.
+CREATE FUNCTION dlock_force_release(name text) RETURNS boolean
+AS 'MODULE_PATHNAME', 'dlock_force_release' LANGUAGE C VOLATILE;
+REVOKE EXECUTE ON FUNCTION dlock_force_release(text) FROM PUBLIC;
+
 -- Ends due leases now and deletes rows of ended ones in this database.
 CREATE FUNCTION dlock_sweep() RETURNS bigint
 AS 'MODULE_PATHNAME', 'dlock_sweep' LANGUAGE C VOLATILE;

@@ -26,6 +26,7 @@ PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_list_locks);
 PG_FUNCTION_INFO_V1(dlock_list_waiters);
 PG_FUNCTION_INFO_V1(dlock_sweep);
+PG_FUNCTION_INFO_V1(dlock_force_release);
 PG_FUNCTION_INFO_V1(dlock_stats);
 PG_FUNCTION_INFO_V1(dlock_stats_reset);
 
@@ -429,4 +430,42 @@ dlock_stats_reset(PG_FUNCTION_ARGS)
 	dlock_require_preload();
 	dlock_counters_reset();
 	PG_RETURN_VOID();
+}
+
+/*
+ * dlock_force_release(name): breaks the lease on name whoever holds it, at
+ * commit, waking the next waiter.  Not executable by PUBLIC.
+ */
+Datum
+dlock_force_release(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+	DLockOwner	owner;
+	Oid			roleid;
+	uint64		token;
+	char	   *name;
+	int			len;
+	char	   *holder_role;
+
+	dlock_require_preload();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot change dlock leases during recovery")));
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
+	text_arg(fcinfo, 0, "lock name", DLOCK_NAME_MAX, &name, &len);
+	memset(&req, 0, sizeof(req));
+	dlock_make_key(&req.key, name, len);
+	req.hash = dlock_key_hash(&req.key);
+	req.roleid = GetUserId();
+
+	if (!dlock_lease_force_release(&req, &owner, &roleid, &token))
+		PG_RETURN_BOOL(false);
+	holder_role = GetUserNameFromId(roleid, true);
+	ereport(LOG,
+			(errmsg("dlock lease \"%.*s\" of owner \"%.*s\" (role %s, token " UINT64_FORMAT ") force-released by role %s",
+					len, name, owner.len, owner.str,
+					holder_role ? holder_role : "(dropped)", token,
+					GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_BOOL(true);
 }

@@ -11,6 +11,7 @@
 
 #include "common/int.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/memutils.h"
 
 #include "lease.h"
@@ -220,23 +221,43 @@ held_lease(const DLockRequest *req, uint64 *token, int64 *version, bool *durable
 		   int64 *now, bool pin)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
-	DLockEntry *entry;
-	bool		held = false;
+	Oid			member_of = InvalidOid;
 
-	LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
-	*now = dlock_mono_now();
-	entry = dlock_find(&req->key, req->hash);
-	if (entry != NULL && dlock_is_live(entry, *now) && is_holder(entry, req))
+	for (;;)
 	{
-		*token = entry->token;
-		*version = entry->version;
-		*durable = entry->durable;
-		held = true;
-		if (pin)
-			dlock_pin(entry, req->hash, 1);
+		DLockEntry *entry;
+		bool		held = false;
+		Oid			other_role = InvalidOid;
+
+		LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
+		*now = dlock_mono_now();
+		entry = dlock_find(&req->key, req->hash);
+		if (entry != NULL && dlock_is_live(entry, *now) &&
+			dlock_owner_equal(&entry->owner, &req->owner))
+		{
+			if (entry->roleid == req->roleid || entry->roleid == member_of)
+			{
+				*token = entry->token;
+				*version = entry->version;
+				*durable = entry->durable;
+				held = true;
+				if (pin)
+					dlock_pin(entry, req->hash, 1);
+			}
+			else
+				other_role = entry->roleid;
+		}
+		LWLockRelease(lock);
+
+		/*
+		 * The owner's lease was taken by another role: members of that role
+		 * may act on it.  The check reads catalogs, so not under the lock.
+		 */
+		if (held || !OidIsValid(other_role) ||
+			!has_privs_of_role(req->roleid, other_role))
+			return held;
+		member_of = other_role;
 	}
-	LWLockRelease(lock);
-	return held;
 }
 
 bool
@@ -279,6 +300,47 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 	dlock_xact_release(req, held, durable);
 	if (durable)
 		dlock_persist_delete(&req->key, held, version);
+	return true;
+}
+
+/*
+ * Releases whatever lease is live on the name, for any owner (at commit, as
+ * a release would).  Returns false when there is none; else fills in what
+ * was broken, for the caller's log line.
+ */
+bool
+dlock_lease_force_release(const DLockRequest *req, DLockOwner *owner, Oid *roleid,
+						  uint64 *token)
+{
+	LWLock	   *lock = dlock_partition_lock(req->hash);
+	DLockEntry *entry;
+	DLockRequest holder;
+	int64		version = 0;
+	bool		durable = false;
+	bool		found = false;
+
+	dlock_xact_register();
+	memcpy(&holder, req, sizeof(DLockRequest));
+	LWLockAcquire(lock, LW_SHARED);
+	entry = dlock_find(&req->key, req->hash);
+	if (entry != NULL && dlock_is_live(entry, dlock_mono_now()))
+	{
+		memcpy(&holder.owner, &entry->owner, sizeof(DLockOwner));
+		holder.roleid = entry->roleid;
+		*token = entry->token;
+		version = entry->version;
+		durable = entry->durable;
+		found = true;
+	}
+	LWLockRelease(lock);
+	if (!found || dlock_xact_release_pending(&holder))
+		return false;
+
+	memcpy(owner, &holder.owner, sizeof(DLockOwner));
+	*roleid = holder.roleid;
+	dlock_xact_release(&holder, *token, durable);
+	if (durable)
+		dlock_persist_delete(&req->key, *token, version);
 	return true;
 }
 

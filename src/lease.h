@@ -23,6 +23,8 @@ typedef struct DLockRequest
 extern uint64 dlock_lease_acquire(const DLockRequest *req, int64 timeout);
 extern bool dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at);
 extern bool dlock_lease_release(const DLockRequest *req, uint64 token);
+extern bool dlock_lease_force_release(const DLockRequest *req, DLockOwner *owner,
+									  Oid *roleid, uint64 *token);
 
 /*
  * Frees the lease if it still carries token; used at commit and on undo.
