@@ -66,6 +66,18 @@ CREATE FUNCTION dlock_list_waiters(
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_list_waiters' LANGUAGE C VOLATILE;
 
+-- Fencing: the token must be the live lease's; the lease then stays until
+-- the calling transaction ends.  Raises SQLSTATE DL001 otherwise.
+CREATE FUNCTION dlock_fence(name text, token bigint) RETURNS void
+AS 'MODULE_PATHNAME', 'dlock_fence' LANGUAGE C VOLATILE;
+
+-- Row triggers: dlock_fenced('lock name or column', 'token column') and
+-- dlock_versioned('version column').
+CREATE FUNCTION dlock_fenced() RETURNS trigger
+AS 'MODULE_PATHNAME', 'dlock_fenced' LANGUAGE C;
+CREATE FUNCTION dlock_versioned() RETURNS trigger
+AS 'MODULE_PATHNAME', 'dlock_versioned' LANGUAGE C;
+
 -- Breaks the lease on a name whoever holds it (at commit); logged.
 CREATE FUNCTION dlock_force_release(name text) RETURNS boolean
 AS 'MODULE_PATHNAME', 'dlock_force_release' LANGUAGE C VOLATILE;

@@ -344,6 +344,53 @@ dlock_lease_force_release(const DLockRequest *req, DLockOwner *owner, Oid *rolei
 	return true;
 }
 
+/*
+ * Checks that token is the token of the live lease on the name and pins
+ * that lease until the caller's transaction ends, so no newer token can be
+ * granted meanwhile.  On failure says why; *current is the live token.
+ */
+DLockFenceResult
+dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
+{
+	LWLock	   *lock = dlock_partition_lock(req->hash);
+	struct DLockOp *op;
+	DLockEntry *entry;
+	DLockFenceResult result;
+	Oid			member_of = InvalidOid;
+
+	dlock_xact_register();
+	op = dlock_xact_fence(req);
+	for (;;)
+	{
+		Oid			other_role = InvalidOid;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = dlock_find(&req->key, req->hash);
+		*current = entry != NULL ? entry->token : 0;
+		if (entry == NULL || entry->token < token)
+			result = DLOCK_FENCE_UNKNOWN;
+		else if (entry->token > token)
+			result = DLOCK_FENCE_STALE;
+		else if (!dlock_is_live(entry, dlock_mono_now()))
+			result = DLOCK_FENCE_EXPIRED;
+		else if (entry->roleid != req->roleid && entry->roleid != member_of)
+		{
+			other_role = entry->roleid;
+			result = DLOCK_FENCE_ROLE;
+		}
+		else
+		{
+			dlock_pin(entry, req->hash, 1);
+			dlock_xact_renew_set(op, token, 0);
+			result = DLOCK_FENCE_OK;
+		}
+		LWLockRelease(lock);
+		if (result != DLOCK_FENCE_ROLE || !has_privs_of_role(req->roleid, other_role))
+			return result;
+		member_of = other_role;
+	}
+}
+
 void
 dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_deleted)
 {

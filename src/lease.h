@@ -23,6 +23,17 @@ typedef struct DLockRequest
 extern uint64 dlock_lease_acquire(const DLockRequest *req, int64 timeout);
 extern bool dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at);
 extern bool dlock_lease_release(const DLockRequest *req, uint64 token);
+typedef enum DLockFenceResult
+{
+	DLOCK_FENCE_OK,
+	DLOCK_FENCE_STALE,			/* a newer lease exists */
+	DLOCK_FENCE_EXPIRED,		/* the token's lease ended */
+	DLOCK_FENCE_UNKNOWN,		/* no lease ever had the token here */
+	DLOCK_FENCE_ROLE			/* the lease belongs to another role */
+} DLockFenceResult;
+
+extern DLockFenceResult dlock_lease_fence(const DLockRequest *req, uint64 token,
+										  uint64 *current);
 extern bool dlock_lease_force_release(const DLockRequest *req, DLockOwner *owner,
 									  Oid *roleid, uint64 *token);
 

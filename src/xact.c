@@ -18,7 +18,8 @@ typedef enum DLockOpKind
 {
 	DLOCK_OP_ACQUIRE,
 	DLOCK_OP_RELEASE,
-	DLOCK_OP_RENEW
+	DLOCK_OP_RENEW,
+	DLOCK_OP_FENCE				/* a pin taken by dlock_fence() */
 } DLockOpKind;
 
 typedef struct DLockOp
@@ -84,7 +85,8 @@ dlock_xact_acquired(const DLockRequest *req, uint64 token, bool was_new,
 	{
 		DLockOp    *prev = lfirst(lc);
 
-		if (prev != op && prev->kind != DLOCK_OP_ACQUIRE && !prev->superseded &&
+		if (prev != op && (prev->kind == DLOCK_OP_RELEASE || prev->kind == DLOCK_OP_RENEW) &&
+			!prev->superseded &&
 			same_lease(prev, req))
 		{
 			prev->superseded = true;
@@ -123,6 +125,31 @@ dlock_xact_renew(const DLockRequest *req)
 	return log_op(DLOCK_OP_RENEW, req, 0);
 }
 
+DLockOp *
+dlock_xact_fence(const DLockRequest *req)
+{
+	return log_op(DLOCK_OP_FENCE, req, 0);
+}
+
+/* The token this transaction last fenced name with, or 0. */
+uint64
+dlock_xact_fenced_token(const DLockKey *key)
+{
+	uint64		token = 0;
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->kind == DLOCK_OP_FENCE && op->token != 0 &&
+			op->key.dbid == key->dbid && op->key.len == key->len &&
+			memcmp(op->key.name, key->name, key->len) == 0)
+			token = op->token;
+	}
+	return token;
+}
+
 void
 dlock_xact_renew_set(DLockOp *op, uint64 token, int64 expires)
 {
@@ -158,7 +185,7 @@ undo_from(int level)
 			kept = lcons(op, kept);
 		else if (op->kind == DLOCK_OP_ACQUIRE)
 			undo_acquire(op);
-		else if (op->kind == DLOCK_OP_RENEW)
+		else if (op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE)
 			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true);
 	}
 	ops = kept;
@@ -182,6 +209,8 @@ apply_commit(void)
 			if (!op->superseded)
 				dlock_count(DLOCK_STAT_RENEWALS);
 		}
+		else if (op->kind == DLOCK_OP_FENCE)
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true);
 		else if (op->kind == DLOCK_OP_RELEASE && !op->superseded)
 		{
 			dlock_lease_free(&op->key, op->hash, op->token, op->durable);
