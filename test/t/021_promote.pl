@@ -1,0 +1,243 @@
+# Promotion of a streaming standby: leases survive failover with their
+# tokens, and the new primary's tokens exceed every token the old one issued.
+#
+#  1. Leases taken on the primary reach the standby (asynchronous streaming
+#     replication): its dlock_locks shows them, same owners and tokens, and
+#     every lease-changing call fails there with SQLSTATE 25006.
+#  2. Replay is paused on the standby; more lease changes on the primary are
+#     streamed and flushed there but not replayed: dlock_locks on the
+#     standby does not show them.
+#  3. The stream is cut (the primary's walsender is terminated; a paused
+#     standby does not restart its walreceiver), more leases are taken on
+#     the primary -- these never reach the standby -- plus tokens from a
+#     transaction that never commits and from memory-only mode.  The largest
+#     token the old primary ever issued is recorded, and it is stopped.
+#  4. The standby is promoted while replay is still paused.  PostgreSQL 15
+#     ends the pause and, before promoting, replays all WAL it has already
+#     received (xlogrecovery.c: "After being triggered, we still want to
+#     replay all the WAL that was already streamed"): so the changes of step
+#     2 are applied, and those of step 3 are not.  On the new primary,
+#     dlock_locks is exactly the old primary's lease set as of the cut,
+#     same owners and tokens; holders keep using their leases; every new
+#     token exceeds the largest the old primary issued, and carries the new
+#     timeline.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'dlock'
+max_connections = 20
+synchronous_commit = on
+});
+$primary->start;
+$primary->safe_psql('postgres', 'CREATE EXTENSION dlock');
+
+my $ttl = "'10 minutes'";
+my $max_issued = 0;    # largest token the old primary handed out
+
+sub note_token
+{
+	my ($t) = @_;
+	$max_issued = $t if defined $t && $t ne '' && $t > $max_issued;
+	return $t;
+}
+
+# Takes a lease on the primary; returns its token.
+sub take
+{
+	my ($name, $owner) = @_;
+	my $t = $primary->safe_psql('postgres',
+		"SELECT dlock_try('$name', $ttl, '$owner')");
+	ok($t =~ /^\d+$/, "primary: $owner gets $name") or diag("got '$t'");
+	return note_token($t);
+}
+
+# name|owner|token of the leases of a node, in name order.
+sub leases
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT name, owner, token FROM dlock_locks"
+		  . " WHERE name !~ '^fresh' ORDER BY name");
+}
+
+# Leases that come with the base backup.
+take('base:a', 'w1');
+take('base:b', 'w2');
+
+$primary->backup('backup');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'backup', has_streaming => 1);
+$standby->start;
+
+###
+### 1. streamed and replayed
+###
+my %token;
+for my $i (0 .. 19)
+{
+	$token{"rep:k$i"} = take("rep:k$i", 'w' . ($i % 3));
+}
+# some released (gone everywhere), some renewed
+for my $i (0 .. 4)
+{
+	is($primary->safe_psql('postgres',
+			"SELECT dlock_release('rep:k$i', 'w" . ($i % 3) . "', $token{\"rep:k$i\"})"),
+		't', "primary: rep:k$i released");
+}
+for my $i (10 .. 14)
+{
+	isnt($primary->safe_psql('postgres',
+			"SELECT dlock_renew('rep:k$i', '20 minutes', 'w" . ($i % 3) . "')"),
+		'', "primary: rep:k$i renewed");
+}
+my $on_primary = leases($primary);
+is(scalar(split /\n/, $on_primary), 17, 'primary: 17 leases');
+
+$primary->wait_for_catchup($standby, 'replay');
+is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'standby: in recovery');
+is(leases($standby), $on_primary,
+	'standby: dlock_locks shows the replicated leases, same owners and tokens');
+is($standby->safe_psql('postgres',
+		"SELECT count(*) FROM dlock_locks WHERE name LIKE 'rep:k1_' AND expires_at > now() + interval '15 minutes'"),
+	'5', 'standby: the renewed expiries were replicated');
+
+for my $call (
+	"dlock_try('rep:new', $ttl, 'w1')",
+	"dlock_try('rep:k5', $ttl, 'w2')",
+	"dlock_acquire('rep:new', $ttl, '1 second', 'w1')",
+	"dlock_renew('rep:k5', $ttl, 'w2')",
+	"dlock_release('rep:k5', 'w2')")
+{
+	my ($ret, $out, $err);
+	$ret = $standby->psql('postgres', "\\set VERBOSITY verbose\nSELECT $call;",
+		stdout => \$out, stderr => \$err);
+	ok($ret != 0 && $err =~ /\b25006\b/, "standby: $call fails with SQLSTATE 25006")
+	  or diag("ret=$ret out=$out err=$err");
+}
+is(leases($standby), $on_primary, 'standby: the failed calls changed nothing');
+
+###
+### 2. streamed, not replayed
+###
+$standby->safe_psql('postgres', 'SELECT pg_wal_replay_pause()');
+for my $i (0 .. 4)
+{
+	take("paused:k$i", 'w' . ($i % 3));
+}
+is($primary->safe_psql('postgres', "SELECT dlock_release('rep:k5', 'w2', $token{'rep:k5'})"),
+	't', 'primary: rep:k5 released after the pause');
+my $at_cut = leases($primary);
+$primary->wait_for_catchup($standby, 'flush');
+ok($standby->poll_query_until('postgres',
+		"SELECT pg_get_wal_replay_pause_state() = 'paused'"),
+	'standby: replay is paused');
+is(leases($standby), $on_primary,
+	'standby: changes received while paused are not shown (not replayed)');
+
+###
+### 3. the stream is cut; changes that never reach the standby
+###
+$primary->safe_psql('postgres',
+	'SELECT pg_terminate_backend(pid) FROM pg_stat_replication');
+ok($primary->poll_query_until('postgres',
+		'SELECT count(*) = 0 FROM pg_stat_replication'),
+	'primary: the walsender is gone');
+
+for my $i (0 .. 4)
+{
+	take("cut:k$i", 'w' . ($i % 3));
+}
+is($primary->safe_psql('postgres', "SELECT dlock_release('rep:k6', 'w0', $token{'rep:k6'})"),
+	't', 'primary: rep:k6 released after the cut');
+# 2000 tokens of a transaction that never commits
+note_token($primary->safe_psql('postgres', qq{
+BEGIN;
+SELECT max(dlock_try('burst:' || i, $ttl, 'w9')) FROM generate_series(1, 2000) i;
+ROLLBACK;
+}));
+# memory-only leases: no row, but a token all the same
+note_token($primary->safe_psql('postgres', qq{
+SET dlock.durable = off;
+SELECT max(dlock_try('mem:' || i, $ttl, 'w9')) FROM generate_series(1, 50) i;
+}));
+my $last = $primary->safe_psql('postgres', "SELECT dlock_try('last', $ttl, 'w9')");
+cmp_ok($last, '>', $max_issued, 'primary: tokens only go up');
+note_token($last);
+is($primary->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_replication'),
+	'0', 'primary: the standby did not reconnect');
+is($standby->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_wal_receiver'),
+	'0', 'standby: no walreceiver while paused');
+note sprintf('largest token the old primary issued: %s (timeline %d, counter %d)',
+	$max_issued, $max_issued >> 48, $max_issued & ((1 << 48) - 1));
+
+$primary->stop('immediate');
+
+###
+### 4. promotion while paused
+###
+is($standby->safe_psql('postgres', 'SELECT pg_get_wal_replay_pause_state()'),
+	'paused', 'standby: still paused before the promotion');
+$standby->promote;
+ok($standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()'),
+	'standby: promoted (the pause ended)');
+# (the promotion's checkpoint may still be running: ask the WAL, not pg_control)
+my $new_tli = $standby->safe_psql('postgres',
+	"SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int");
+is($new_tli, 2, "new primary: on timeline 2");
+
+my $after = leases($standby);
+is($after, $at_cut,
+	'new primary: exactly the leases the old primary had when the stream was cut, same owners and tokens');
+unlike($after, qr/^(cut:|burst:|mem:|last)/m,
+	'new primary: no lease granted after the cut');
+like($after, qr/^paused:k0\|/m,
+	'new primary: leases streamed while replay was paused were applied at the promotion');
+like($after, qr/^rep:k6\|w0\|$token{'rep:k6'}$/m,
+	'new primary: a release after the cut did not reach it (the lease is still held)');
+unlike($after, qr/^rep:k5\|/m, 'new primary: the release streamed while paused was applied');
+
+# new tokens: above everything the old primary issued, on the new timeline
+my $first_new;
+for my $i (1 .. 20)
+{
+	my $t = $standby->safe_psql('postgres', "SELECT dlock_try('fresh:k$i', $ttl, 'n1')");
+	$first_new //= $t;
+	if (!($t =~ /^\d+$/ && $t > $max_issued && ($t >> 48) == $new_tli))
+	{
+		fail("new primary: token $t of fresh:k$i is above $max_issued, timeline $new_tli");
+		last;
+	}
+}
+pass('new primary: 20 new tokens all above the old primary\'s largest')
+  if $first_new;
+note sprintf('first new token: %s (timeline %d, counter %d)',
+	$first_new, $first_new >> 48, $first_new & ((1 << 48) - 1));
+
+my $t = $standby->safe_psql('postgres', "SELECT dlock_try('cut:k0', $ttl, 'n1')");
+cmp_ok($t, '>', $max_issued,
+	'new primary: a name taken only after the cut is free, with a new token');
+
+# the holders carry on with their leases
+isnt($standby->safe_psql('postgres', "SELECT dlock_renew('rep:k7', $ttl, 'w1')"),
+	'', 'new primary: a holder renews its lease');
+is($standby->safe_psql('postgres', "SELECT dlock_try('rep:k7', $ttl, 'n1')"),
+	'', 'new primary: another owner cannot take a held lease');
+is($standby->safe_psql('postgres', "SELECT dlock_try('rep:k8', $ttl, 'w2')"),
+	$token{'rep:k8'}, 'new primary: the holder re-acquires with its old token');
+is($standby->safe_psql('postgres',
+		"SELECT dlock_release('rep:k9', 'w0', $token{'rep:k9'})"),
+	't', 'new primary: the holder releases with its old token');
+
+ok(!$standby->log_contains(qr/PANIC|TRAP|terminated by signal|ERROR:  (?!cannot change dlock leases during recovery)/),
+	'standby: no crash or unexpected error in its log');
+
+$standby->stop;
+done_testing();
