@@ -1,0 +1,95 @@
+-- dlock_fence: only the live lease's token passes; one SQLSTATE for the rest.
+CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE q;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+SELECT dlock_try('f1', '1 minute', 'w') AS t1 \gset
+SELECT sqlstate_of(format('SELECT dlock_fence(%L, %s)', 'f1', :t1));
+SELECT sqlstate_of(format('SELECT dlock_fence(%L, %s)', 'f1', :t1 - 1));
+SELECT sqlstate_of(format('SELECT dlock_fence(%L, %s)', 'f1', :t1 + 1000));
+SELECT sqlstate_of(format('SELECT dlock_fence(%L, %s)', 'nowhere', :t1));
+SELECT sqlstate_of($$SELECT dlock_fence('f1', NULL)$$);
+SELECT sqlstate_of($$SELECT dlock_fence(NULL, 1)$$);
+SELECT dlock_try('f2', '50 milliseconds', 'w') AS t2 \gset
+SELECT pg_sleep(0.1);
+SELECT sqlstate_of(format('SELECT dlock_fence(%L, %s)', 'f2', :t2));
+
+-- a fence pins the lease until the transaction ends, even past its TTL
+SELECT dlock_try('f3', '100 milliseconds', 'w') AS t3 \gset
+BEGIN;
+SELECT dlock_fence('f3', :t3);
+SELECT pg_sleep(0.2);
+SELECT dlock_try('f3', '1 minute', 'thief') IS NULL AS not_taken_while_fenced;
+SELECT count(*) AS still_listed FROM dlock_locks WHERE name = 'f3';
+COMMIT;
+SELECT dlock_try('f3', '1 minute', 'thief') > :t3 AS taken_after_commit;
+
+-- the trigger: writes must carry the live token
+CREATE TABLE jobs (id int PRIMARY KEY, payload text, fence bigint);
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON jobs
+	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f1', 'fence');
+SELECT sqlstate_of(format('INSERT INTO jobs VALUES (1, %L, %s)', 'ok', :t1));
+SELECT sqlstate_of(format('INSERT INTO jobs VALUES (2, %L, %s)', 'stale', :t1 - 1));
+SELECT sqlstate_of($$INSERT INTO jobs VALUES (3, 'no token', NULL)$$);
+SELECT sqlstate_of(format('UPDATE jobs SET payload = %L, fence = %s', 'updated', :t1));
+SELECT sqlstate_of($$UPDATE jobs SET payload = 'lower', fence = fence - 1$$);
+-- a DELETE needs the transaction to have fenced first
+SELECT sqlstate_of($$DELETE FROM jobs$$);
+BEGIN;
+SELECT dlock_fence('f1', :t1);
+DELETE FROM jobs WHERE id = 1;
+COMMIT;
+SELECT count(*) AS rows_left FROM jobs;
+-- once the lease is gone, nothing can be written with its token
+SELECT dlock_release('f1', 'w');
+SELECT sqlstate_of(format('INSERT INTO jobs VALUES (4, %L, %s)', 'late', :t1));
+
+-- the max-token rule per row: a row written with a token refuses lower ones,
+-- and the lock name can come from a column
+CREATE TABLE accounts (name text PRIMARY KEY, balance int, fence bigint);
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON accounts
+	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('name', 'fence');
+SELECT dlock_try('acct-a', '1 minute', 'w') AS ta \gset
+SELECT sqlstate_of(format('INSERT INTO accounts VALUES (%L, 10, %s)', 'acct-a', :ta));
+SELECT sqlstate_of(format('INSERT INTO accounts VALUES (%L, 10, %s)', 'acct-b', :ta));
+SELECT dlock_release('acct-a', 'w');
+SELECT dlock_try('acct-a', '1 minute', 'w') AS ta2 \gset
+SELECT sqlstate_of(format('UPDATE accounts SET balance = 20, fence = %s WHERE name = %L', :ta2, 'acct-a'));
+SELECT name, balance, fence = :ta2 AS newest FROM accounts;
+
+-- wrong uses of the triggers
+CREATE TABLE bad (id int, v text);
+CREATE TRIGGER t BEFORE INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f1');
+SELECT sqlstate_of($$INSERT INTO bad VALUES (1, 'x')$$);
+DROP TRIGGER t ON bad;
+CREATE TRIGGER t BEFORE INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f1', 'nosuch');
+SELECT sqlstate_of($$INSERT INTO bad VALUES (1, 'x')$$);
+DROP TRIGGER t ON bad;
+CREATE TRIGGER t BEFORE INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f1', 'v');
+SELECT sqlstate_of($$INSERT INTO bad VALUES (1, 'x')$$);
+DROP TRIGGER t ON bad;
+CREATE TRIGGER t AFTER INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_versioned('id');
+SELECT sqlstate_of($$INSERT INTO bad VALUES (1, 'x')$$);
+DROP TABLE bad;
+
+-- optimistic versioned rows
+CREATE TABLE docs (id int PRIMARY KEY, body text, version bigint);
+CREATE TRIGGER versioned BEFORE INSERT OR UPDATE ON docs
+	FOR EACH ROW EXECUTE FUNCTION dlock_versioned('version');
+INSERT INTO docs (id, body) VALUES (1, 'v1');
+SELECT version FROM docs;
+UPDATE docs SET body = 'v2', version = 1 WHERE id = 1;        -- states what it read
+SELECT body, version FROM docs;
+SELECT sqlstate_of($$UPDATE docs SET body = 'stale', version = 1 WHERE id = 1$$);
+UPDATE docs SET body = 'v3', version = version + 1 WHERE id = 1 AND version = 2;   -- the classic form
+SELECT body, version FROM docs;
+UPDATE docs SET body = 'v4' WHERE id = 1;                     -- version left alone
+SELECT body, version FROM docs;
+
+DROP TABLE jobs, accounts, docs;
+DROP FUNCTION sqlstate_of(text);
+SELECT dlock_release('acct-a', 'w'), dlock_release('f3', 'thief');
