@@ -30,6 +30,7 @@
 #include "storage/procarray.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -292,11 +293,16 @@ prepare_delete(void)
 						  3, types);
 }
 
-/* SPI work runs as the table's owner: callers need no rights on it. */
+/*
+ * SPI work runs as the table's owner, so callers need no rights on it, and
+ * with search_path pinned, so no object a caller created (a function or
+ * operator in public or pg_temp) can be picked up with the owner's rights.
+ */
 typedef struct AsOwner
 {
 	Oid			userid;
 	int			sec_context;
+	int			guc_level;
 } AsOwner;
 
 static void
@@ -312,11 +318,15 @@ spi_begin(AsOwner *saved, bool write)
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
 	SetUserIdAndSecContext(lease_owner, saved->sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	saved->guc_level = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 
 static void
 spi_end(AsOwner *saved)
 {
+	AtEOXact_GUC(true, saved->guc_level);
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
 	SPI_finish();
 }
