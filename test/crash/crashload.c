@@ -35,7 +35,7 @@
  *	When a connection dies (server stopped or crashed), the client logs LOST
  *	and END and exits with status 0.
  *
- * crashload check -d CONNINFO -o LOGDIR [-m]
+ * crashload check -d CONNINFO -o LOGDIR [-m | -f]
  *
  *	After the restart: reads the logs (and LOGDIR/meta written by run) and
  *	the server's dlock_locks/dlock_leases, and verifies
@@ -54,6 +54,9 @@
  *	succeed, of an unheld one fail).
  *	With -m (memory-only mode, dlock.durable = off) the leases must all be
  *	gone instead of present; (b) and (c) still apply.
+ *	With -f (after a failover to an asynchronous standby) leases may be
+ *	missing or older than the clients' last view, but every lease present
+ *	must be one its owner was granted, with that token; (b) and (c) apply.
  *	Prints the counts and every violation; exit status 0 only without any.
  */
 #include <errno.h>
@@ -88,6 +91,7 @@ typedef struct Options
 	unsigned int seed;
 	const char *ttl;
 	bool		memory;
+	bool		failover;
 } Options;
 
 static void
@@ -1074,6 +1078,25 @@ check_main(const Options *o)
 			continue;
 		}
 		b = &beliefs[c][n];
+		if (o->failover)
+		{
+			/*
+			 * Asynchronous replication: the lease must be one this client
+			 * was granted on this name at some point (or a grant in flight),
+			 * though perhaps not its last state.
+			 */
+			bool		granted = b->lost_grant;
+
+			for (int k = 0; k < nseen && !granted; k++)
+				granted = seen[k].token == token && seen[k].kind == 'G' &&
+					seen[k].client == c && seen[k].name == n;
+			if (!granted)
+				violation("%s: lease of %s with token %lld, which no client was granted on this name",
+						  name, owner, token);
+			else
+				matched++;
+			continue;
+		}
 		if (b->token != 0)
 		{
 			if (b->token != token)
@@ -1103,7 +1126,7 @@ check_main(const Options *o)
 		}
 	}
 
-	if (!o->memory)
+	if (!o->memory && !o->failover)
 	{
 		for (int n = 0; n < meta_names; n++)
 			for (int c = 1; c <= meta_clients; c++)
@@ -1161,7 +1184,8 @@ check_main(const Options *o)
 	PQfinish(conn);
 
 	printf("checker: mode %s, clients %d, names %d (prefix %s)\n",
-		   o->memory ? "memory-only" : "durable", meta_clients, meta_names, meta_prefix);
+		   o->memory ? "memory-only" : o->failover ? "failover" : "durable",
+		   meta_clients, meta_names, meta_prefix);
 	printf("checker: events %ld: grants %ld, busy %ld, uncommitted %ld, renews %ld (null %ld),"
 		   " releases ok %ld fail %ld, rollbacks %ld, lost in the crash %ld, errors %ld\n",
 		   cnt.events, cnt.grants, cnt.busy, cnt.uncommitted, cnt.renews, cnt.norenews,
@@ -1169,7 +1193,7 @@ check_main(const Options *o)
 	printf("checker: held at the crash %d; uncertain: %d with a release in flight, %d with a grant in flight\n",
 		   held, uncertain_release, uncertain_grant);
 	printf("checker: leases expected %d, found %d, matched %d (renewed expiry checked on %d)\n",
-		   o->memory ? 0 : expected, found, matched, expiries_checked);
+		   o->memory || o->failover ? 0 : expected, found, matched, expiries_checked);
 	printf("checker: tokens seen %d, max token %s\n", nseen, fmt_token(max_token, b1, sizeof(b1)));
 	printf("checker: first new token %s\n", fmt_token(first_new, b1, sizeof(b1)));
 	printf("checker: violations %d\n", nviolations);
@@ -1185,7 +1209,7 @@ usage(void)
 	fprintf(stderr,
 			"usage: crashload run -d CONNINFO -o LOGDIR [-c CLIENTS] [-t SECONDS] [-n NAMES]\n"
 			"                     [-p PREFIX] [-s SEED] [-T TTL]\n"
-			"       crashload check -d CONNINFO -o LOGDIR [-m]\n");
+			"       crashload check -d CONNINFO -o LOGDIR [-m | -f]\n");
 	exit(2);
 }
 
@@ -1202,6 +1226,7 @@ main(int argc, char **argv)
 		.seed = 0,
 		.ttl = "10 minutes",
 		.memory = false,
+		.failover = false,
 	};
 	const char *mode;
 	int			opt;
@@ -1211,7 +1236,7 @@ main(int argc, char **argv)
 	mode = argv[1];
 	optind = 2;
 	o.seed = (unsigned int) time(NULL) ^ (unsigned int) getpid();
-	while ((opt = getopt(argc, argv, "d:o:c:t:n:p:s:T:m")) != -1)
+	while ((opt = getopt(argc, argv, "d:o:c:t:n:p:s:T:mf")) != -1)
 	{
 		switch (opt)
 		{
@@ -1241,6 +1266,9 @@ main(int argc, char **argv)
 				break;
 			case 'm':
 				o.memory = true;
+				break;
+			case 'f':
+				o.failover = true;
 				break;
 			default:
 				usage();

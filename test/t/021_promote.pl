@@ -21,9 +21,18 @@
 #     same owners and tokens; holders keep using their leases; every new
 #     token exceeds the largest the old primary issued, and carries the new
 #     timeline.
+#  5. Failover under load: crashload runs on a second primary streaming to a
+#     second standby; the primary is killed mid-run and the standby promoted;
+#     "crashload check -f" verifies that every lease on the new primary is
+#     one its owner was granted, with that token (asynchronous replication
+#     may lose the latest changes), and that new tokens exceed every token
+#     any client saw.
 use strict;
 use warnings;
 
+use FindBin;
+use IPC::Run;
+use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -240,4 +249,74 @@ ok(!$standby->log_contains(qr/PANIC|TRAP|terminated by signal|ERROR:  (?!cannot 
 	'standby: no crash or unexpected error in its log');
 
 $standby->stop;
+
+###
+### 5. failover under load
+###
+# crashload's clients work on a fresh primary while it streams to a fresh
+# standby; the primary is killed mid-run and the standby promoted.  With
+# asynchronous replication the last acknowledged changes may be missing on
+# the new primary, but every lease there must be one its owner was granted,
+# with that token, and every new token exceeds every token a client saw.
+my $tmp = $PostgreSQL::Test::Utils::tmp_check;
+my $crashload = "$tmp/crashload";
+my ($mout, $merr);
+IPC::Run::run([ 'make', '-s', '-C', "$FindBin::RealBin/../crash", "O=$tmp" ],
+	'>', \$mout, '2>', \$merr)
+  or BAIL_OUT("could not build crashload: $mout$merr");
+
+my $primary2 = PostgreSQL::Test::Cluster->new('primary2');
+$primary2->init(allows_streaming => 1);
+$primary2->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'dlock'
+max_connections = 40
+log_statement = none
+});
+$primary2->start;
+$primary2->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$primary2->backup('backup2');
+my $standby2 = PostgreSQL::Test::Cluster->new('standby2');
+$standby2->init_from_backup($primary2, 'backup2', has_streaming => 1);
+$standby2->start;
+$primary2->wait_for_catchup($standby2, 'replay');
+
+my $dir = "$tmp/crashload-failover";
+my ($lout, $lerr) = ('', '');
+my $load = IPC::Run::start(
+	[
+		$crashload, 'run', '-d', $primary2->connstr('postgres'),
+		'-o', $dir, '-c', 8, '-t', 30, '-n', 32, '-p', 'failover:k'
+	],
+	'>', \$lout, '2>', \$lerr,
+	IPC::Run::timeout(90));
+my $busy = 0;
+for (my $i = 0; $i < 300 && $busy < 8; $i++)
+{
+	usleep(100_000);
+	$busy = grep { -f $_ && (() = slurp_file($_) =~ /\n/g) >= 300 }
+	  map { "$dir/client-$_.log" } 1 .. 8;
+}
+is($busy, 8, 'failover: all 8 clients are busy on the primary');
+$primary2->stop('immediate');
+eval { $load->finish; };
+is($@, '', 'failover: crashload stopped after the primary died') or $load->kill_kill;
+note $lout;
+
+$standby2->promote;
+ok($standby2->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()'),
+	'failover: standby promoted');
+my ($cout, $cerr) = ('', '');
+my $ok = IPC::Run::run(
+	[ $crashload, 'check', '-f', '-d', $standby2->connstr('postgres'), '-o', $dir ],
+	'>', \$cout, '2>', \$cerr);
+ok($ok, 'failover: the checker finds no violation') or diag("$cout$cerr");
+note $cout;
+my ($found, $matched) = $cout =~ /found (\d+), matched (\d+)/;
+cmp_ok($found // 0, '>', 0, 'failover: leases replicated before the crash are on the new primary');
+like($cout, qr/first new token \d+ \(timeline 2,/, 'failover: new tokens are on timeline 2');
+ok(!$standby2->log_contains(qr/PANIC|TRAP|terminated by signal|ERROR:/),
+	'failover: no crash or error in the new primary\'s log');
+$standby2->stop;
+
 done_testing();
