@@ -133,6 +133,11 @@ for my $call (
 }
 is(leases($standby), $on_primary, 'standby: the failed calls changed nothing');
 
+# A session that starts on the standby and lives on across the promotion.
+my $session = $standby->background_psql('postgres');
+is($session->query_safe("SELECT count(*) FROM dlock_locks WHERE name ~ '^rep:'"),
+	'15', 'standby session: sees the replicated leases');
+
 ###
 ### 2. streamed, not replayed
 ###
@@ -233,6 +238,16 @@ note sprintf('first new token: %s (timeline %d, counter %d)',
 my $t = $standby->safe_psql('postgres', "SELECT dlock_try('cut:k0', $ttl, 'n1')");
 cmp_ok($t, '>', $max_issued,
 	'new primary: a name taken only after the cut is free, with a new token');
+
+# the session opened on the standby before the promotion works on as a primary's
+my $st = $session->query_safe("SELECT dlock_try('sess:x', $ttl, 'n2')");
+cmp_ok($st, '>', $max_issued,
+	'standby session, after the promotion: new token above the old primary\'s largest');
+isnt($session->query_safe("SELECT dlock_renew('rep:k11', $ttl, 'w2')"),
+	'', 'standby session, after the promotion: a holder renews its lease');
+is($session->query_safe("SELECT owner || ' ' || token FROM dlock_locks WHERE name = 'sess:x'"),
+	"n2 $st", 'standby session, after the promotion: its new lease is listed');
+$session->quit;
 
 # the holders carry on with their leases
 isnt($standby->safe_psql('postgres', "SELECT dlock_renew('rep:k7', $ttl, 'w1')"),
