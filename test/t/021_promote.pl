@@ -27,6 +27,9 @@
 #     one its owner was granted, with that token (asynchronous replication
 #     may lose the latest changes), and that new tokens exceed every token
 #     any client saw.
+#  6. A REPEATABLE READ transaction begun on a standby and still open at the
+#     promotion makes the new primary's first dlock call: the leases replayed
+#     after its snapshot must be restored all the same.
 use strict;
 use warnings;
 
@@ -333,5 +336,49 @@ like($cout, qr/first new token \d+ \(timeline 2,/, 'failover: new tokens are on 
 ok(!$standby2->log_contains(qr/PANIC|TRAP|terminated by signal|ERROR:/),
 	'failover: no crash or error in the new primary\'s log');
 $standby2->stop;
+
+###
+### 6. a transaction begun on the standby, still open at the promotion
+###
+# The new primary rebuilds its leases from the table on first use.  If that
+# first use comes from a REPEATABLE READ transaction that began during
+# recovery, its snapshot predates leases replayed since: they must still be
+# restored (all of the table as of the promotion), or another owner can take
+# a name that is held.
+my $primary3 = PostgreSQL::Test::Cluster->new('primary3');
+$primary3->init(allows_streaming => 1);
+$primary3->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'");
+$primary3->start;
+$primary3->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $early = $primary3->safe_psql('postgres', "SELECT dlock_try('early', $ttl, 'w1')");
+$primary3->backup('backup3');
+my $standby3 = PostgreSQL::Test::Cluster->new('standby3');
+$standby3->init_from_backup($primary3, 'backup3', has_streaming => 1);
+$standby3->start;
+$primary3->wait_for_catchup($standby3, 'replay');
+
+my $rr = $standby3->background_psql('postgres');
+$rr->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+is($rr->query_safe('SELECT count(*) FROM dlock_locks'), '1',
+	'standby transaction: snapshot taken with one lease');
+my $late = $primary3->safe_psql('postgres', "SELECT dlock_try('late', $ttl, 'w2')");
+$primary3->wait_for_catchup($standby3, 'replay');
+is($standby3->safe_psql('postgres', 'SELECT string_agg(name, \',\' ORDER BY name) FROM dlock_locks'),
+	'early,late', 'standby: a new session sees both leases');
+$primary3->stop('immediate');
+$standby3->promote;
+ok($standby3->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()'),
+	'standby transaction: standby promoted');
+# first use of dlock on the new primary, from the transaction begun in recovery
+$rr->query_safe('SELECT count(*) FROM dlock_locks');
+$rr->query_safe('COMMIT');
+$rr->quit;
+is($standby3->safe_psql('postgres',
+		"SELECT string_agg(name || ' ' || owner || ' ' || token, ',' ORDER BY name) FROM dlock_locks"),
+	"early w1 $early,late w2 $late",
+	'new primary: both leases restored, though first used by a transaction begun in recovery');
+is($standby3->safe_psql('postgres', "SELECT dlock_try('late', $ttl, 'intruder')"),
+	'', 'new primary: another owner cannot take the lease granted after that transaction began');
+$standby3->stop;
 
 done_testing();
