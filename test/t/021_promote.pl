@@ -19,8 +19,9 @@
 #     2 are applied, and those of step 3 are not.  On the new primary,
 #     dlock_locks is exactly the old primary's lease set as of the cut,
 #     same owners and tokens; holders keep using their leases; every new
-#     token exceeds the largest the old primary issued, and carries the new
-#     timeline.
+#     token exceeds the largest the old primary issued -- even tokens it
+#     issued after the promotion, still running (split brain) -- and carries
+#     the new timeline.
 #  5. Failover under load: crashload runs on a second primary streaming to a
 #     second standby; the primary is killed mid-run and the standby promoted;
 #     "crashload check -f" verifies that every lease on the new primary is
@@ -192,10 +193,6 @@ is($primary->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_replication'),
 	'0', 'primary: the standby did not reconnect');
 is($standby->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_wal_receiver'),
 	'0', 'standby: no walreceiver while paused');
-note sprintf('largest token the old primary issued: %s (timeline %d, counter %d)',
-	$max_issued, $max_issued >> 48, $max_issued & ((1 << 48) - 1));
-
-$primary->stop('immediate');
 
 ###
 ### 4. promotion while paused
@@ -210,10 +207,22 @@ my $new_tli = $standby->safe_psql('postgres',
 	"SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int");
 is($new_tli, 2, "new primary: on timeline 2");
 
+# Split brain: the old primary, still up, goes on handing out tokens after
+# the promotion.  Then it dies.
+note_token($primary->safe_psql('postgres', qq{
+BEGIN;
+SELECT max(dlock_try('late:' || i, $ttl, 'w9')) FROM generate_series(1, 1000) i;
+COMMIT;
+}));
+note_token($primary->safe_psql('postgres', "SELECT dlock_try('last2', $ttl, 'w9')"));
+note sprintf('largest token the old primary issued: %s (timeline %d, counter %d)',
+	$max_issued, $max_issued >> 48, $max_issued & ((1 << 48) - 1));
+$primary->stop('immediate');
+
 my $after = leases($standby);
 is($after, $at_cut,
 	'new primary: exactly the leases the old primary had when the stream was cut, same owners and tokens');
-unlike($after, qr/^(cut:|burst:|mem:|last)/m,
+unlike($after, qr/^(cut:|burst:|mem:|last|late:)/m,
 	'new primary: no lease granted after the cut');
 like($after, qr/^paused:k0\|/m,
 	'new primary: leases streamed while replay was paused were applied at the promotion');
