@@ -34,6 +34,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -418,6 +419,13 @@ load_rows(void)
 	TimestampTz wall_now;
 
 	spi_begin(&saved, false);
+
+	/*
+	 * Read what is committed now, not what the caller's snapshot saw: a
+	 * REPEATABLE READ transaction begun on a standby may make the first call
+	 * after promotion, and must not miss leases replayed since.
+	 */
+	PushActiveSnapshot(GetLatestSnapshot());
 	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version"
 							 " FROM %s WHERE expires_at > clock_timestamp()", lease_table),
 					true, 0) != SPI_OK_SELECT)
@@ -477,6 +485,7 @@ load_rows(void)
 		my_slot->dead_rows += (int) Min(dead, INT_MAX / 2);
 		SpinLockRelease(&dbs->mutex);
 	}
+	PopActiveSnapshot();
 	spi_end(&saved);
 	raise_token_floor(max_token + 1);
 }
