@@ -20,7 +20,9 @@
  * All statements are prepared once (like pgbench -M prepared).
  *
  * usage: handoff "conninfo" [iterations] [warmup] [modes]
- *   modes: comma list of dlock,advisory (default both, run in that order)
+ *   modes: comma list of dlock_mem (SET dlock.durable = off), dlock_durable
+ *          (SET dlock.durable = on), dlock (server default), advisory;
+ *          default "dlock_mem,dlock_durable,advisory", run in that order
  * Output: one line per mode, "key=value" pairs, times in microseconds.
  */
 #include <errno.h>
@@ -39,22 +41,31 @@ typedef struct Mode
 	const char *release;		/* $1 = owner */
 	const char *queued;			/* $1 = pid of the waiter; returns a count */
 	const char *cleanup;		/* run on both connections before and after */
+	const char *setup;			/* run on A and B first (session settings) */
 } Mode;
 
+#define DLOCK_MODE(mode_name, setting) \
+	{ \
+		mode_name, \
+		"SELECT dlock_acquire('bench_handoff', '60 s', '30 s', $1::text)", \
+		"SELECT dlock_release('bench_handoff', $1::text)", \
+		"SELECT count(*) FROM dlock_waiters WHERE pid = $1::int AND name = 'bench_handoff'", \
+		"SELECT dlock_release('bench_handoff', $1::text)", \
+		setting, \
+	}
+
 static const Mode modes[] = {
-	{
-		"dlock",
-		"SELECT dlock_acquire('bench_handoff', '60 s', '30 s', $1::text)",
-		"SELECT dlock_release('bench_handoff', $1::text)",
-		"SELECT count(*) FROM dlock_waiters WHERE pid = $1::int AND name = 'bench_handoff'",
-		"SELECT dlock_release('bench_handoff', $1::text)",
-	},
+	DLOCK_MODE("dlock_mem", "SET dlock.durable = off"),
+	DLOCK_MODE("dlock_durable", "SET dlock.durable = on"),
+	/* whatever the server's defaults are */
+	DLOCK_MODE("dlock", "SET application_name = 'handoff'"),
 	{
 		"advisory",
 		"SELECT pg_advisory_lock(424242) WHERE $1::text IS NOT NULL",
 		"SELECT pg_advisory_unlock(424242) WHERE $1::text IS NOT NULL",
 		"SELECT count(*) FROM pg_locks WHERE pid = $1::int AND locktype = 'advisory' AND NOT granted",
 		"SELECT pg_advisory_unlock_all() WHERE $1::text IS NOT NULL",
+		"SET application_name = 'handoff'",
 	},
 };
 
@@ -183,6 +194,11 @@ run_mode(const Mode *m, PGconn *a, PGconn *b, PGconn *mon, int iters, int warmup
 
 	for (int i = 0; i < 2; i++)
 	{
+		PGresult   *res = PQexec(conn[i], m->setup);
+
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			die(conn[i], m->setup);
+		PQclear(res);
 		snprintf(pid[i], sizeof(pid[i]), "%d", PQbackendPID(conn[i]));
 		prepare(conn[i], "acq", m->acquire);
 		prepare(conn[i], "rel", m->release);
@@ -314,7 +330,7 @@ main(int argc, char **argv)
 
 	if (argc < 2)
 	{
-		fprintf(stderr, "usage: %s conninfo [iterations] [warmup] [dlock,advisory]\n", argv[0]);
+		fprintf(stderr, "usage: %s conninfo [iterations] [warmup] [dlock_mem,dlock_durable,dlock,advisory]\n", argv[0]);
 		return 2;
 	}
 	conninfo = argv[1];
@@ -322,7 +338,7 @@ main(int argc, char **argv)
 		iters = atoi(argv[2]);
 	if (argc > 3)
 		warmup = atoi(argv[3]);
-	modelist = strdup(argc > 4 ? argv[4] : "dlock,advisory");
+	modelist = strdup(argc > 4 ? argv[4] : "dlock_mem,dlock_durable,advisory");
 	if (iters < 1 || warmup < 0)
 	{
 		fprintf(stderr, "handoff: bad iteration counts\n");

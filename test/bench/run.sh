@@ -15,14 +15,15 @@
 #   BENCH_HOT_CLIENTS  clients of the hot-key workloads (default 32)
 #   BENCH_THREADS      pgbench -j / redis_lease -j (default 2, capped at clients)
 #   BENCH_ONLY         extended regex: run only workloads whose name matches
-#   HANDOFF_ITERS      measured handoffs per lock kind (default 2000)
+#   HANDOFF_ITERS      measured handoffs per lock kind (default 1000)
+#   HANDOFF_MODES      lock kinds of handoff.c (default dlock_mem,dlock_durable,advisory)
 #   BENCH_KEEP=1       keep the temp dir (logs, raw results)
 #   BENCH_QUIET_CORES  before each run, wait until other processes use at most
 #                      this many cores (default 0.25) ...
 #   BENCH_QUIET_MAX    ... for at most this many seconds per run (default 30)
-#   BENCH_QUIET_BUDGET ... and this many seconds in all (default 120)
+#   BENCH_QUIET_BUDGET ... and this many seconds in all (default 90)
 #   BENCH_RETRY_BUDGET seconds spent re-running runs during which other processes
-#                      used more than BENCH_QUIET_CORES (default 120; 0 = never)
+#                      used more than BENCH_QUIET_CORES (default 90; 0 = never)
 #   BENCH_OUT          directory for RESULTS.md and cycles.png (default test/bench)
 #   PGBIN              PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
 #   BENCH_BUILD        "worktree" (default): make && make install in this repository;
@@ -39,7 +40,7 @@ CLIENTS=${BENCH_CLIENTS:-"1 8 32"}
 HOT_CLIENTS=${BENCH_HOT_CLIENTS:-32}
 THREADS=${BENCH_THREADS:-2}
 ONLY=${BENCH_ONLY:-}
-HANDOFF_ITERS=${HANDOFF_ITERS:-2000}
+HANDOFF_ITERS=${HANDOFF_ITERS:-1000}
 OUT=${BENCH_OUT:-$HERE}
 BUILD_FROM=${BENCH_BUILD:-worktree}
 T_START=$(date +%s)
@@ -55,7 +56,8 @@ T_START=$(date +%s)
 # runs once per grant (counted with pg_stat_statements).
 # ---------------------------------------------------------------------------
 UNCONTENDED=(
-  "dlock|pgbench|dlock.sql|-|-|dlock_try + dlock_release (in-memory)"
+  "dlock_mem|pgbench|dlock.sql|-|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
+  "dlock_durable|pgbench|dlock.sql|-|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default)"
   "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
   "advisory_xact|pgbench|advisory_xact.sql|-|-|BEGIN; pg_try_advisory_xact_lock; COMMIT"
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
@@ -63,11 +65,14 @@ UNCONTENDED=(
   "redis|redis|-|-|-|Redis SET NX PX 30000 + EVAL compare-and-delete"
 )
 HOT=(
-  "hot_dlock|pgbench|hot_dlock.sql|-|-|dlock_try('hot'); dlock_release if granted|%dlock_release%"
+  "hot_dlock_mem|pgbench|hot_dlock.sql|-|-c dlock.durable=off|dlock_try('hot'), dlock_release if granted; memory-only|%dlock_release%"
+  "hot_dlock_durable|pgbench|hot_dlock.sql|-|-c dlock.durable=on|dlock_try('hot'), dlock_release if granted; durable|%dlock_release%"
   "hot_lease_logged|pgbench|hot_lease.sql|setup_lease logged|-|lease table (logged) row 'hot'; DELETE if granted|DELETE FROM lease%"
   "hot_advisory|pgbench|hot_advisory.sql|-|-|pg_try_advisory_lock(7); unlock if granted|%pg_advisory_unlock%"
-  "hot_redis|redis|-K hot|-|-|Redis SET hot NX PX; EVAL compare-and-delete if granted|"
+  # "hot_redis|redis|-K hot|-|-|Redis SET hot NX PX; EVAL compare-and-delete if granted|"
 )
+# Lock kinds of the handoff test (modes of handoff.c).
+HANDOFF_MODES=${HANDOFF_MODES:-dlock_mem,dlock_durable,advisory}
 
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -218,8 +223,8 @@ SQL
 CLK_TCK=$(getconf CLK_TCK)
 QUIET_CORES=${BENCH_QUIET_CORES:-0.25}
 QUIET_MAX=${BENCH_QUIET_MAX:-30}
-QUIET_BUDGET=${BENCH_QUIET_BUDGET:-120}
-RETRY_BUDGET=${BENCH_RETRY_BUDGET:-120}
+QUIET_BUDGET=${BENCH_QUIET_BUDGET:-90}
+RETRY_BUDGET=${BENCH_RETRY_BUDGET:-90}
 QUIET_WAITED=0
 proc_cpu() {   # utime+stime+cutime+cstime of each pid given, in ticks
   local pid total=0 v
@@ -277,11 +282,10 @@ issue() { echo "$*" >>"$ISSUES"; log "note: $*"; }
 field() { echo "$1" | cut -d'|' -f"$2"; }
 threads_for() { local c=$1; echo $((c < THREADS ? c : THREADS)); }
 
-# The next fencing token minus one: tokens come from one counter, so the
-# difference across a run is the number of grants (a cross-check only).
-token_probe() {
-  PSQL -c "SELECT dlock_try('bench_token_probe', '1 s', 'bench_probe')" \
-       -c "SELECT dlock_release('bench_token_probe', 'bench_probe')" | awk "NR == 1"
+# dlock's cluster-wide grant counter (dlock_stats.grants): the difference
+# across a run is the number of grants, a cross-check of the client's count.
+dlock_grants() {
+  PSQL -c "SELECT grants FROM dlock_stats" 2>/dev/null || echo ""
 }
 
 # nearest-rank percentiles of column 3 (latency, us) of pgbench -l logs
@@ -335,7 +339,7 @@ run_one() {
   if [ "$kind" = pgbench ]; then
     local tok0="" tok1 hotopts="" logargs=() processed tps failed lat warn
     PSQL -c "CHECKPOINT"
-    case "$name" in *dlock*) tok0=$(token_probe) ;; esac
+    case "$name" in *dlock*) tok0=$(dlock_grants) ;; esac
     if [ "$section" = hot ]; then
       PSQL -c "SELECT pg_stat_statements_reset()" >/dev/null
       hotopts="-c pg_stat_statements.track=top"
@@ -363,8 +367,8 @@ run_one() {
     record "$section" "$name" "$c" "$rep" latency_ms "${lat:-NaN}"
     record "$section" "$name" "$c" "$rep" client_warnings "$warn"
     if [ -n "$tok0" ]; then
-      tok1=$(token_probe)
-      record "$section" "$name" "$c" "$rep" token_grants "$((tok1 - tok0 - 1))"
+      tok1=$(dlock_grants)
+      record "$section" "$name" "$c" "$rep" dlock_grants "$((tok1 - tok0))"
       local left
       left=$(PSQL -c "SELECT count(*) FROM dlock_locks")
       [ "$left" = 0 ] || issue "$name c=$c rep=$rep: $left leases left in dlock_locks after the run"
@@ -373,8 +377,8 @@ run_one() {
       local grants p
       grants=$(PSQL -c "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '$grantpat'")
       record "$section" "$name" "$c" "$rep" grants "$grants"
-      if [ -n "$tok0" ] && [ "$((tok1 - tok0 - 1))" != "$grants" ]; then
-        issue "$name c=$c rep=$rep: $grants releases counted by pg_stat_statements, but $((tok1 - tok0 - 1)) grants by fencing-token delta"
+      if [ -n "$tok0" ] && [ "$((tok1 - tok0))" != "$grants" ]; then
+        issue "$name c=$c rep=$rep: $grants releases counted by pg_stat_statements, but dlock_stats counted $((tok1 - tok0)) grants"
       fi
       read -r -a p <<<"$(log_percentiles "$TMP/logs/pgbench_log"*)"
       record "$section" "$name" "$c" "$rep" lat_p50_us "${p[0]}"
@@ -482,9 +486,10 @@ while read -r f sec n c r; do
 done < <(awk -F'\t' -v q="$QUIET_CORES" '($1 == "uncontended" || $1 == "hot") && $5 == "foreign_cores" && $6 + 0 > q { print $6, $1, $2, $3, $4 }' "$RAW" | sort -rn)
 
 log "handoff latency, $HANDOFF_ITERS iterations per lock kind"
-HANDOFF_CMD="handoff 'host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres' $HANDOFF_ITERS 50 dlock,advisory"
+HANDOFF_CMD="handoff 'host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres' $HANDOFF_ITERS 50 $HANDOFF_MODES"
+quiet_wait
 "$TMP/bin/handoff" "host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres" "$HANDOFF_ITERS" 50 \
-  dlock,advisory >"$TMP/out/handoff.txt" 2>"$TMP/logs/handoff.err" ||
+  "$HANDOFF_MODES" >"$TMP/out/handoff.txt" 2>"$TMP/logs/handoff.err" ||
   issue "handoff failed: $(tail -2 "$TMP/logs/handoff.err" | tr '\n' ' ')"
 
 # ---------------------------------------------------------------------------
@@ -496,7 +501,8 @@ PGBENCH_VERSION=$("$PGBIN/pgbench" --version)
 CPU_MODEL=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 MEM=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
 VIRT=$(systemd-detect-virt 2>/dev/null || echo unknown)
-PG_SHOW=$(PSQL -c "SELECT string_agg(name || ' = ' || setting || coalesce(' ' || unit, ''), E'\n' ORDER BY name) FROM pg_settings WHERE name IN ('fsync','synchronous_commit','wal_level','shared_buffers','max_connections','dlock.max_locks','full_page_writes','checkpoint_timeout','max_wal_size','wal_sync_method','shared_preload_libraries','autovacuum')")
+PG_SHOW=$(PSQL -c "SELECT string_agg(name || ' = ' || setting || coalesce(' ' || unit, ''), E'\n' ORDER BY name) FROM pg_settings WHERE name IN ('fsync','synchronous_commit','wal_level','shared_buffers','max_connections','dlock.max_locks','full_page_writes','checkpoint_timeout','max_wal_size','wal_sync_method','shared_preload_libraries','autovacuum','dlock.durable','dlock.worker','dlock.lock_delay','dlock.default_ttl')")
+DLOCK_TABLE=$(PSQL -c "SELECT format('%s rows, %s live / %s dead tuples per pg_stat_user_tables, %s', (SELECT count(*) FROM dlock_leases), n_live_tup, n_dead_tup, pg_size_pretty(pg_total_relation_size('dlock_leases'))) FROM pg_stat_user_tables WHERE relname = 'dlock_leases'" 2>/dev/null || echo "n/a")
 sleep 1
 "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$TMP/pgdata" -m fast -w stop >/dev/null && PG_STARTED=0
 SERVER_LOG_SUMMARY=$(grep -E '(WARNING|ERROR|FATAL|PANIC):' "$TMP/pg.log" | sed "s|$TMP|<tmp>|g" |
@@ -605,6 +611,7 @@ REPORT="$TMP/out/RESULTS.md"
   echo "$PG_SHOW" | sed "s|$TMP|<tmp>|g"
   echo '```'
   echo
+  echo "dlock.durable is chosen per workload with PGOPTIONS (see the workload table); the other dlock settings are defaults."
   echo "fsync and synchronous_commit are left on: the logged lease table pays for a WAL flush per commit, as it would in"
   echo "production. pg_stat_statements is loaded only to count grants in the hot-key runs; its tracking is off"
   echo "(\`track = none\`) in every other run and switched on with PGOPTIONS for the hot-key runs only."
@@ -674,8 +681,8 @@ REPORT="$TMP/out/RESULTS.md"
     for c in $CLIENTS; do
       p=$(median uncontended "$n" "$c" processed)
       case "$n" in
-        dlock*) g=$(median uncontended "$n" "$c" token_grants)
-                [ "$g" = NaN ] || echo "- $n, $c client$(plural "$c"): $(fmt "$g") grants by fencing-token delta for $(fmt "$p") tries (medians over the repeats): $(awk -v g="$g" -v p="$p" 'BEGIN { printf "%.3f", (p > 0 ? 100 * (p - g) / p : 0) }') % failed" ;;
+        dlock*) g=$(median uncontended "$n" "$c" dlock_grants)
+                [ "$g" = NaN ] || echo "- $n, $c client$(plural "$c"): $(fmt "$g") grants counted by dlock_stats for $(fmt "$p") tries (medians over the repeats): $(awk -v g="$g" -v p="$p" 'BEGIN { printf "%.3f", (p > 0 ? 100 * (p - g) / p : 0) }') % failed" ;;
         advisory) w=$(median uncontended "$n" "$c" client_warnings)
                   echo "- $n, $c client$(plural "$c"): $w unlock warnings (\"you don't own a lock\") for $(fmt "$p") tries (medians over the repeats)" ;;
         redis) g=$(median uncontended "$n" "$c" grants)
@@ -730,32 +737,42 @@ REPORT="$TMP/out/RESULTS.md"
       echo "| $n$(busy_mark hot "$n" "$HOT_CLIENTS") | $(fmt "$t") | $(fmt "$gps") | $fp % | $(us "$p50") | $(us "$p99") |"
     done
     echo
-    hd=$(median hot hot_dlock "$HOT_CLIENTS" tps); hl=$(median hot hot_lease_logged "$HOT_CLIENTS" tps)
-    gd=$(median hot hot_dlock "$HOT_CLIENTS" grants_per_s); gl=$(median hot hot_lease_logged "$HOT_CLIENTS" grants_per_s)
-    echo "dlock ÷ logged lease table on the hot key: tries/s $(ratio "$hd" "$hl"), grants/s $(ratio "$gd" "$gl")."
+    for d in "${HNAMES[@]}"; do
+      case "$d" in hot_dlock*) ;; *) continue ;; esac
+      for b in "${HNAMES[@]}"; do
+        case "$b" in hot_dlock*) continue ;; esac
+        echo "- $d ÷ $b: tries/s $(ratio "$(median hot "$d" "$HOT_CLIENTS" tps)" "$(median hot "$b" "$HOT_CLIENTS" tps)"),"\
+          "grants/s $(ratio "$(median hot "$d" "$HOT_CLIENTS" grants_per_s)" "$(median hot "$b" "$HOT_CLIENTS" grants_per_s)"),"\
+          "failed tries $(median hot "$d" "$HOT_CLIENTS" fail_pct) % vs $(median hot "$b" "$HOT_CLIENTS" fail_pct) %,"\
+          "p99 latency $(ratio "$(median hot "$d" "$HOT_CLIENTS" lat_p99_us)" "$(median hot "$b" "$HOT_CLIENTS" lat_p99_us)")"
+      done
+    done
     echo
   fi
   echo "## Handoff latency (release to the blocked waiter owning the lock)"
   echo
   if [ -s "$TMP/out/handoff.txt" ]; then
     echo "\`test/bench/handoff.c\` (libpq, prepared statements). Connections A and B take turns: the holder holds the lock; the"
-    echo "other sends a blocking acquire with PQsendQueryPrepared (\`dlock_acquire('bench_handoff', '60 s', '30 s', owner)\`"
+    echo "other sends a blocking acquire with PQsendQueryPrepared (\`dlock_acquire('bench_handoff', '60 s', '30 s', owner)\` after"
+    echo "\`SET dlock.durable = off\` (dlock_mem) or \`on\` (dlock_durable),"
     echo "or \`pg_advisory_lock(424242)\`); a third connection polls until that backend is really queued (\`dlock_waiters\`,"
     echo "or \`pg_locks\` with \`granted = false\`); then the clock (CLOCK_MONOTONIC, in the client) starts just before the"
     echo "holder's release (\`dlock_release\` / \`pg_advisory_unlock\`) is sent and stops when the waiter's complete result"
     echo "has been read from its socket (the client poll()s both sockets). So a handoff includes: the release's trip to"
     echo "the server and its execution, the wakeup and grant in the waiting backend, and the grant's trip back to the"
     echo "client. It does not wait for the releaser's own reply (shown separately). $HANDOFF_ITERS measured iterations per kind after 50"
-    echo "warm-up ones, both kinds in the same run and cluster. Microseconds:"
+    echo "warm-up ones, all kinds in the same run, cluster and connections. Microseconds:"
     echo
     echo "| lock | n | p50 | p90 | p99 | max | mean | releaser's own reply, p50 |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-    for m in dlock advisory; do
+    for m in ${HANDOFF_MODES//,/ }; do
       echo "| $m | $(handoff_val $m n) | $(handoff_val $m p50) | $(handoff_val $m p90) | $(handoff_val $m p99) | $(handoff_val $m max) | $(handoff_val $m mean) | $(handoff_val $m release_rtt_p50) |"
     done
     echo
     echo "For scale, a prepared \`SELECT 1\` round trip on the same connection: p50 $(handoff_val select1_rtt p50) µs, p99 $(handoff_val select1_rtt p99) µs."
-    echo "dlock ÷ advisory: p50 $(ratio "$(handoff_val dlock p50)" "$(handoff_val advisory p50)"), p99 $(ratio "$(handoff_val dlock p99)" "$(handoff_val advisory p99)")."
+    for m in ${HANDOFF_MODES//,/ }; do
+      case "$m" in dlock*) echo "$m ÷ advisory: p50 $(ratio "$(handoff_val "$m" p50)" "$(handoff_val advisory p50)"), p99 $(ratio "$(handoff_val "$m" p99)" "$(handoff_val advisory p99)")." ;; esac
+    done
   else
     echo "handoff did not run; see the notes below."
   fi
@@ -777,6 +794,8 @@ REPORT="$TMP/out/RESULTS.md"
   echo "## Notes from this run"
   echo
   if [ -s "$ISSUES" ]; then sed 's/^/- /' "$ISSUES"; else echo "- no pgbench errors, failed transactions, failed Redis releases or leftover dlock leases."; fi
+  echo
+  echo "dlock's table \`dlock_leases\` at the end: $DLOCK_TABLE."
   echo
   echo "Server log: checkpoints started: $CHECKPOINTS (\"immediate force wait\" are the script's own CHECKPOINTs before each run)."
   echo "WARNING/ERROR/FATAL/PANIC lines by kind (numbers replaced by N):"
