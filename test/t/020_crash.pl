@@ -13,9 +13,17 @@
 #       and uncommitted grants are not;
 #   (b) no name has two owners;
 #   (c) a new token is above every token any client ever saw.
-# Rounds: synchronous_commit on and off (each with both kinds of crash), and
-# memory-only mode (dlock.durable = off), where the leases are gone after
-# the restart but tokens still never go backwards.
+# Four checkers run at once after each restart (they race to rebuild shared
+# memory from the table and must all agree), and the leases of every earlier
+# durable round are checked again after each later crash.
+# Rounds: synchronous_commit on (immediate, kill -9, and a clean fast
+# shutdown for comparison) and off (with the WAL writer nearly idle; both
+# kinds of crash), and memory-only mode (dlock.durable = off), where the
+# leases are gone after the restart but tokens still never go backwards.
+# Last, tokens are driven across a reservation block boundary and the
+# server crashed at once: the next token is still above.
+# DLOCK_CRASH_SEED repeats a run's random choices (victims, crash moments,
+# client choices); the server's timing still varies.
 use strict;
 use warnings;
 
