@@ -275,6 +275,16 @@ is($standby->safe_psql('postgres',
 ok(!$standby->log_contains(qr/PANIC|TRAP|terminated by signal|ERROR:  (?!cannot change dlock leases during recovery)/),
 	'standby: no crash or unexpected error in its log');
 
+# The new primary crashes in turn: its leases (restored ones and its own) and
+# its token order survive that too.
+my $before_crash = leases($standby);
+my $top = $standby->safe_psql('postgres', "SELECT max(token) FROM dlock_locks");
+$standby->stop('immediate');
+$standby->start;
+is(leases($standby), $before_crash, 'new primary, after its own crash: the same leases');
+cmp_ok($standby->safe_psql('postgres', "SELECT dlock_try('fresh:after-crash', $ttl, 'n1')"),
+	'>', $top, 'new primary, after its own crash: tokens go on upwards');
+
 $standby->stop;
 
 ###
