@@ -104,3 +104,16 @@ SELECT dlock_try('x11') IS NOT NULL;
 SELECT 1 / 0;
 COMMIT;
 SELECT count(*) AS undone_by_failed_xact FROM dlock_locks WHERE name = 'x11';
+
+-- The same rules hold in a transaction with many changes (where they are
+-- indexed by lease): releases, a re-take that cancels one, a savepoint.
+BEGIN;
+SELECT count(*) AS taken FROM generate_series(1, 40) g WHERE dlock_try('many-' || g) IS NOT NULL;
+SELECT count(*) AS released FROM generate_series(1, 40) g WHERE dlock_release('many-' || g);
+SELECT dlock_release('many-5') AS released_twice;
+SELECT dlock_try('many-5') IS NOT NULL AS retaken;
+SAVEPOINT s;
+SELECT dlock_try('many-6') IS NOT NULL AS retaken_in_savepoint;
+ROLLBACK TO s;
+COMMIT;
+SELECT name FROM dlock_locks WHERE name LIKE 'many-%' ORDER BY name;

@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 
 #include "xact.h"
@@ -40,6 +41,80 @@ typedef struct DLockOp
 static List *ops = NIL;			/* in TopTransactionContext */
 static bool registered = false;
 
+/*
+ * A transaction with many lease changes gets an index from each lease to its
+ * releases and renewals, so each call stays O(1) instead of scanning them all.
+ */
+#define OP_INDEX_MIN		16
+
+typedef struct OpIndexKey
+{
+	DLockKey	key;
+	DLockOwner	owner;
+} OpIndexKey;
+
+typedef struct OpIndexEntry
+{
+	OpIndexKey	k;				/* hash key: must be first */
+	List	   *ops;
+} OpIndexEntry;
+
+static HTAB *op_index = NULL;	/* in TopTransactionContext, or NULL */
+
+static void
+index_key(OpIndexKey *k, const DLockKey *key, const DLockOwner *owner)
+{
+	memset(k, 0, sizeof(OpIndexKey));
+	memcpy(&k->key, key, sizeof(DLockKey));
+	k->owner.len = owner->len;
+	memcpy(k->owner.str, owner->str, owner->len);
+}
+
+static void
+index_add(DLockOp *op)
+{
+	OpIndexKey	k;
+	OpIndexEntry *entry;
+	bool		found;
+
+	if (op->kind != DLOCK_OP_RELEASE && op->kind != DLOCK_OP_RENEW)
+		return;
+	index_key(&k, &op->key, &op->owner);
+	entry = hash_search(op_index, &k, HASH_ENTER, &found);
+	if (!found)
+		entry->ops = NIL;
+	entry->ops = lappend(entry->ops, op);
+}
+
+static void
+build_index(void)
+{
+	HASHCTL		ctl;
+	ListCell   *lc;
+
+	ctl.keysize = sizeof(OpIndexKey);
+	ctl.entrysize = sizeof(OpIndexEntry);
+	ctl.hcxt = TopTransactionContext;
+	op_index = hash_create("dlock transaction ops", 256, &ctl,
+						   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	foreach(lc, ops)
+		index_add(lfirst(lc));
+}
+
+/* The ops that may concern req's lease: a superset; filter with same_lease. */
+static List *
+lease_ops(const DLockRequest *req)
+{
+	OpIndexKey	k;
+	OpIndexEntry *entry;
+
+	if (op_index == NULL)
+		return ops;
+	index_key(&k, &req->key, &req->owner);
+	entry = hash_search(op_index, &k, HASH_FIND, NULL);
+	return entry != NULL ? entry->ops : NIL;
+}
+
 static bool
 same_lease(const DLockOp *op, const DLockRequest *req)
 {
@@ -64,6 +139,10 @@ log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
 	memcpy(&op->owner, &req->owner, offsetof(DLockOwner, str) + req->owner.len);
 	op->token = token;
 	ops = lappend(ops, op);
+	if (op_index != NULL)
+		index_add(op);
+	else if (list_length(ops) > OP_INDEX_MIN)
+		build_index();
 	MemoryContextSwitchTo(oldcxt);
 	return op;
 }
@@ -81,7 +160,7 @@ dlock_xact_acquired(const DLockRequest *req, uint64 token, bool was_new,
 
 	/* Taking the lease again cancels a release or renewal still pending. */
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	foreach(lc, ops)
+	foreach(lc, lease_ops(req))
 	{
 		DLockOp    *prev = lfirst(lc);
 
@@ -101,7 +180,7 @@ dlock_xact_release_pending(const DLockRequest *req)
 {
 	ListCell   *lc;
 
-	foreach(lc, ops)
+	foreach(lc, lease_ops(req))
 	{
 		DLockOp    *op = lfirst(lc);
 
@@ -189,6 +268,12 @@ undo_from(int level)
 			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true);
 	}
 	ops = kept;
+	/* rebuilt on demand from what is kept */
+	if (op_index != NULL)
+		hash_destroy(op_index);
+	op_index = NULL;
+	if (list_length(ops) > OP_INDEX_MIN)
+		build_index();
 	MemoryContextSwitchTo(oldcxt);
 }
 
@@ -228,11 +313,13 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			apply_commit();
 			ops = NIL;
+			op_index = NULL;	/* freed with TopTransactionContext */
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			undo_from(0);
 			ops = NIL;
+			op_index = NULL;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			if (ops != NIL)
