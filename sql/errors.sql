@@ -1,11 +1,4 @@
 -- Bad arguments get clear errors with the right SQLSTATE and change nothing.
-CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
 
 -- names
 SELECT sqlstate_of($$SELECT dlock_try(NULL)$$);
@@ -65,4 +58,3 @@ SELECT count(*) FROM dlock_locks WHERE name = 'nothing';
 PREPARE TRANSACTION 'p2';
 ROLLBACK PREPARED 'p2';
 
-DROP FUNCTION sqlstate_of(text);

@@ -1,11 +1,4 @@
 -- dlock_fence: only the live lease's token passes; one SQLSTATE for the rest.
-CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE q;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
 
 SELECT dlock_try('f1', '1 minute', 'w') AS t1 \gset
 SELECT sqlstate_of(format('SELECT dlock_fence(%L, %s)', 'f1', :t1));
@@ -91,5 +84,4 @@ UPDATE docs SET body = 'v4' WHERE id = 1;                     -- version left al
 SELECT body, version FROM docs;
 
 DROP TABLE jobs, accounts, docs;
-DROP FUNCTION sqlstate_of(text);
 SELECT dlock_release('acct-a', 'w'), dlock_release('f3', 'thief');

@@ -19,3 +19,12 @@ ORDER BY c.relname, a.attnum;
 -- Settings with their defaults (max_locks is set by the test config).
 SELECT name, setting, unit, context FROM pg_settings
 WHERE name LIKE 'dlock.%' ORDER BY name;
+
+-- Used by later tests: runs a statement, returns 'ok' or its SQLSTATE and message.
+CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE q;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
