@@ -28,6 +28,12 @@ extra=(
 	python3-psycopg
 	libpostgresql-jdbc-java
 )
+# The client examples' tests (test/suites/client-*.sh) compile Java and run
+# Node.js with npm.  Checked by command, so that another provider counts:
+# NodeSource's nodejs, for one, bundles npm and conflicts with Debian's npm.
+command -v javac >/dev/null 2>&1 || extra+=(default-jdk-headless)
+command -v node >/dev/null 2>&1 || extra+=(nodejs)
+command -v npm >/dev/null 2>&1 || extra+=(npm)
 
 is_installed() {
 	[[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null)" == ii* ]]
