@@ -1,0 +1,1862 @@
+/*
+ * dlock.c
+ *		The dlock command: run a command while holding a dlock lease, and
+ *		take, release and list leases from the shell.
+ *
+ *		dlock run [options] NAME -- COMMAND [ARG]...
+ *		dlock try [options] NAME
+ *		dlock release --owner OWNER [--token TOKEN] NAME
+ *		dlock status [NAME]
+ *
+ * "run" connects with libpq, takes the lease (dlock_acquire or dlock_try),
+ * starts COMMAND in a process group of its own and renews the lease every
+ * third of its TTL.  When the command exits, every process left in its group
+ * is terminated, the lease is released and dlock exits with the command's
+ * status.
+ *
+ * The lease must never outlive its holder's knowledge of it, so dlock keeps
+ * a conservative local deadline: the monotonic time at which the last
+ * successful grant or renewal was *sent*, plus the TTL.  The server computed
+ * its expiry after that moment, so the lease lasts at least until then.
+ *
+ *	- A renewal that returns NULL means the lease is gone (forced release,
+ *	  expiry): the group gets SIGTERM at once and SIGKILL --grace later.
+ *	- A renewal that fails (connection lost, server restarting, error) is
+ *	  retried with a short backoff, reconnecting as needed, because a lease
+ *	  belongs to an owner string, not to a connection.  If no renewal has
+ *	  succeeded by deadline - margin - grace, the group gets SIGTERM, and
+ *	  SIGKILL at deadline - margin, so the command is dead before the server
+ *	  can give the name to anyone else.
+ *
+ * Everything runs in one thread around poll(): signals are turned into bytes
+ * on a self-pipe, and every libpq call is asynchronous with a deadline, so a
+ * hung server or network can never delay the kill.  Signals sent to dlock
+ * (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to the command's group.
+ * On Linux dlock is a child subreaper, so orphaned members of the group are
+ * reparented to dlock and reaped by it, and the command's leader is killed
+ * if dlock itself dies.
+ *
+ * Copyright: the dlock authors; same licence as the extension.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <libpq-fe.h>
+
+#define DLOCK_CLI_VERSION	"1.0"
+
+/* Exit statuses of dlock itself (see usage() and cli/README.md). */
+#define EXIT_RELEASE_NONE	1	/* release: nothing released; status: free */
+#define EXIT_USAGE			64	/* EX_USAGE */
+#define EXIT_BUSY			69	/* EX_UNAVAILABLE: lock busy */
+#define EXIT_SERVER			70	/* the server refused a call (SQL error) */
+#define EXIT_OSERR			71	/* EX_OSERR: fork, pipe ... failed */
+#define EXIT_TIMEOUT		75	/* EX_TEMPFAIL: --timeout passed */
+#define EXIT_LOST			76	/* the lease was lost while held */
+#define EXIT_CONN			77	/* could not connect, or the connection was
+								 * lost and not recovered in time */
+#define EXIT_NOEXEC			126 /* command found but not executable */
+#define EXIT_NOTFOUND		127 /* command not found */
+
+#define DEFAULT_TTL_MS		30000
+#define DEFAULT_GRACE_MS	5000
+#define MIN_TTL_MS			1000
+#define MAX_TTL_MS			(7 * 86400 * (int64_t) 1000)
+#define MAX_MARGIN_MS		1000	/* safety margin: min(this, ttl / 10) */
+#define DEFAULT_CONNECT_MS	30000	/* when connect_timeout is not set */
+#define RECONNECT_WINDOW_MS	10000	/* while waiting: how long to retry */
+#define RELEASE_WINDOW_MS	5000	/* at exit: how long to try to release */
+#define BACKOFF_MIN_MS		100
+#define BACKOFF_MAX_MS		1000
+#define GROUP_POLL_MS		20		/* polling for the group's last members */
+#define KILL_WAIT_MS		5000	/* after SIGKILL: how long to wait */
+#define MAX_OWNER_LEN		128
+
+typedef int64_t ms_t;
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DLOCK_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define DLOCK_NORETURN __attribute__((noreturn))
+#else
+#define DLOCK_PRINTF(f, a)
+#define DLOCK_NORETURN
+#endif
+
+#define NEVER	INT64_MAX
+
+static const char *progname = "dlock";
+
+/* global options */
+static const char *conninfo = NULL;
+static bool verbose = false;
+
+/* the connection; NULL when there is none */
+static PGconn *conn = NULL;
+
+/* last connection or query error, for messages */
+static char last_error[1024];
+
+/* ---------------------------------------------------------------- messages */
+
+static void msg(const char *fmt,...) DLOCK_PRINTF(1, 2);
+static void usage_error(const char *fmt,...) DLOCK_PRINTF(1, 2) DLOCK_NORETURN;
+
+static void
+msg(const char *fmt,...)
+{
+	va_list		ap;
+
+	fprintf(stderr, "%s: ", progname);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+#define vmsg(...) do { if (verbose) msg(__VA_ARGS__); } while (0)
+
+/*
+ * Copies a libpq message into buf as one line: no trailing newline, and
+ * newlines and tabs turned into single spaces.
+ */
+static void
+one_line(char *buf, size_t len, const char *text)
+{
+	char	   *out = buf;
+	bool		space = false;
+
+	if (text == NULL)
+		text = "unknown error";
+	for (; *text && out < buf + len - 1; text++)
+	{
+		if (*text == '\n' || *text == '\t' || *text == ' ')
+		{
+			if (!space)
+				*out++ = ' ';
+			space = true;
+		}
+		else
+		{
+			*out++ = *text;
+			space = false;
+		}
+	}
+	while (out > buf && out[-1] == ' ')
+		out--;
+	*out = '\0';
+}
+
+static void
+set_error(const char *text)
+{
+	one_line(last_error, sizeof(last_error), text);
+}
+
+/* Server notices and warnings go to stderr with our prefix. */
+static void
+notice_processor(void *arg, const char *message)
+{
+	char		buf[1024];
+
+	(void) arg;
+	one_line(buf, sizeof(buf), message);
+	msg("server: %s", buf);
+}
+
+static ms_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (ms_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static ms_t
+min_ms(ms_t a, ms_t b)
+{
+	return a < b ? a : b;
+}
+
+/*
+ * Parses a duration: a non-negative decimal number with an optional unit
+ * (ms, s, m, h, d and their long forms; seconds by default).
+ */
+static bool
+parse_duration(const char *s, ms_t *out)
+{
+	static const struct
+	{
+		const char *unit;
+		double		ms;
+	}			units[] = {
+		{"", 1000}, {"ms", 1}, {"msec", 1}, {"msecs", 1},
+		{"millisecond", 1}, {"milliseconds", 1},
+		{"s", 1000}, {"sec", 1000}, {"secs", 1000},
+		{"second", 1000}, {"seconds", 1000},
+		{"m", 60000}, {"min", 60000}, {"mins", 60000},
+		{"minute", 60000}, {"minutes", 60000},
+		{"h", 3600000}, {"hour", 3600000}, {"hours", 3600000},
+		{"d", 86400000}, {"day", 86400000}, {"days", 86400000},
+	};
+	char	   *end;
+	double		v;
+
+	if (!isdigit((unsigned char) s[0]) && s[0] != '.')
+		return false;
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno != 0 || !isfinite(v) || v < 0)
+		return false;
+	while (*end == ' ')
+		end++;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+	{
+		if (strcmp(end, units[i].unit) == 0)
+		{
+			double		ms = v * units[i].ms;
+
+			if (ms > (double) MAX_TTL_MS * 1000)
+				return false;
+			*out = (ms_t) (ms + 0.5);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Formats a duration for messages: "1.5 s", "250 ms". */
+static const char *
+fmt_ms(ms_t ms, char *buf, size_t len)
+{
+	if (ms < 1000 && ms > -1000)
+		snprintf(buf, len, "%" PRId64 " ms", ms);
+	else
+		snprintf(buf, len, "%.1f s", ms / 1000.0);
+	return buf;
+}
+
+/* The interval text PostgreSQL reads: "1500 milliseconds". */
+static void
+interval_text(ms_t ms, char *buf, size_t len)
+{
+	snprintf(buf, len, "%" PRId64 " milliseconds", ms);
+}
+
+/* A pipe whose ends are close-on-exec (and non-blocking, if asked). */
+static int
+make_pipe(int fds[2], bool nonblocking)
+{
+	if (pipe(fds) != 0)
+		return -1;
+	for (int i = 0; i < 2; i++)
+	{
+		if (fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0 ||
+			(nonblocking && fcntl(fds[i], F_SETFL, O_NONBLOCK) != 0))
+		{
+			close(fds[0]);
+			close(fds[1]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- signals */
+
+/* Signals forwarded to the command's process group. */
+static const int forwarded_signals[] = {
+	SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
+};
+
+/*
+ * Signals dlock ignores while it runs: a stopped dlock could not renew the
+ * lease while the command went on (SIGTSTP, SIGTTIN, SIGTTOU), and libpq
+ * must not die of SIGPIPE.  The command gets the dispositions dlock started
+ * with.
+ */
+static const int ignored_signals[] = {
+	SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU
+};
+
+static int	sigpipe_fds[2] = {-1, -1};
+static struct sigaction saved_actions[NSIG];
+static bool saved[NSIG];
+
+static const char *
+signame(int sig)
+{
+	switch (sig)
+	{
+		case SIGINT:
+			return "SIGINT";
+		case SIGTERM:
+			return "SIGTERM";
+		case SIGHUP:
+			return "SIGHUP";
+		case SIGQUIT:
+			return "SIGQUIT";
+		case SIGUSR1:
+			return "SIGUSR1";
+		case SIGUSR2:
+			return "SIGUSR2";
+		case SIGKILL:
+			return "SIGKILL";
+		case SIGCHLD:
+			return "SIGCHLD";
+		default:
+			return "signal";
+	}
+}
+
+static void
+signal_to_pipe(int sig)
+{
+	int			save_errno = errno;
+	unsigned char b = (unsigned char) sig;
+
+	if (write(sigpipe_fds[1], &b, 1) < 0)
+	{
+		/* pipe full: a wakeup is pending anyway */
+	}
+	errno = save_errno;
+}
+
+static void
+set_action(int sig, void (*handler) (int))
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	if (sig == SIGCHLD)
+		sa.sa_flags |= SA_NOCLDSTOP;
+	if (!saved[sig])
+	{
+		sigaction(sig, NULL, &saved_actions[sig]);
+		saved[sig] = true;
+	}
+	sigaction(sig, &sa, NULL);
+}
+
+/*
+ * Installs the self-pipe and the handlers of "run".  A forwarded signal that
+ * was ignored when dlock started (nohup, an asynchronous command of a
+ * non-interactive shell) stays ignored, for dlock and for the command, as a
+ * shell would do.
+ */
+static void
+setup_signals(void)
+{
+	if (make_pipe(sigpipe_fds, true) != 0)
+	{
+		msg("cannot create a pipe: %s", strerror(errno));
+		exit(EXIT_OSERR);
+	}
+	for (size_t i = 0; i < sizeof(forwarded_signals) / sizeof(int); i++)
+	{
+		int			sig = forwarded_signals[i];
+		struct sigaction old;
+
+		sigaction(sig, NULL, &old);
+		if (old.sa_handler == SIG_IGN)
+			continue;
+		set_action(sig, signal_to_pipe);
+	}
+	for (size_t i = 0; i < sizeof(ignored_signals) / sizeof(int); i++)
+		set_action(ignored_signals[i], SIG_IGN);
+	set_action(SIGCHLD, signal_to_pipe);
+}
+
+/* In the child: the dispositions dlock started with. */
+static void
+restore_signals(void)
+{
+	for (int sig = 1; sig < NSIG; sig++)
+		if (saved[sig])
+			sigaction(sig, &saved_actions[sig], NULL);
+}
+
+/* ---------------------------------------------------------------- the run state */
+
+typedef enum
+{
+	PH_ACQUIRE,					/* connecting, waiting for the lease */
+	PH_RUN,						/* the lease is held, the command runs */
+	PH_FINISH					/* releasing, exiting */
+} Phase;
+
+static Phase phase = PH_ACQUIRE;
+static int	got_signal = 0;		/* signal received with no command to get it */
+
+/* the lease */
+static const char *lease_name;
+static const char *lease_owner;
+static char lease_token[32];
+static ms_t ttl_ms = DEFAULT_TTL_MS;
+static ms_t grace_ms = -1;
+static ms_t margin_ms;
+static ms_t lease_end;			/* conservative end of the lease (monotonic) */
+static bool lost = false;		/* the lease is gone, or could not be kept */
+
+/* the command's process group (its leader's pid is the group id) */
+static pid_t child_pid = 0;
+static bool leader_reaped = false;
+static int	leader_status = 0;
+static bool group_gone = false;
+static ms_t term_at = 0;		/* when SIGTERM went to the group, 0: not yet */
+static ms_t kill_at = 0;		/* when SIGKILL is due */
+static bool killed = false;
+static ms_t killed_at = 0;
+static ms_t lost_at = 0;		/* when the lease was found lost */
+
+/* the moment the command must get SIGTERM if no renewal succeeds before */
+static ms_t
+term_deadline(void)
+{
+	return lease_end - margin_ms - grace_ms;
+}
+
+/* Sends SIGTERM to the group (once), and schedules SIGKILL. */
+static void
+terminate_group(ms_t kill_deadline, const char *why)
+{
+	ms_t		now = now_ms();
+	char		b[32];
+
+	if (child_pid <= 0 || group_gone)
+		return;
+	if (term_at != 0)
+	{
+		if (kill_deadline < kill_at)
+			kill_at = kill_deadline;
+		return;
+	}
+	msg("%s: sending SIGTERM to the command's process group %d (SIGKILL in %s)",
+		why, (int) child_pid, fmt_ms(kill_deadline - now > 0 ? kill_deadline - now : 0, b, sizeof(b)));
+	kill(-child_pid, SIGTERM);
+	kill(-child_pid, SIGCONT);	/* stopped members must see the SIGTERM */
+	term_at = now;
+	kill_at = kill_deadline;
+}
+
+/* The lease is gone, or cannot be kept: terminate the group. */
+static void
+declare_lost(ms_t kill_deadline, const char *why)
+{
+	if (lost)
+		return;
+	lost = true;
+	lost_at = now_ms();
+	terminate_group(kill_deadline, why);
+}
+
+static void
+reap(void)
+{
+	for (;;)
+	{
+		int			status;
+		pid_t		pid = waitpid(-1, &status, WNOHANG);
+
+		if (pid <= 0)
+			break;
+		if (pid == child_pid)
+		{
+			leader_reaped = true;
+			leader_status = status;
+			if (WIFEXITED(status))
+				vmsg("the command exited with status %d", WEXITSTATUS(status));
+			else if (WIFSIGNALED(status))
+				vmsg("the command was killed by signal %d", WTERMSIG(status));
+		}
+		/* other pids: orphaned members of the group, reparented to us */
+	}
+}
+
+static void
+handle_signal(int sig)
+{
+	if (sig == SIGCHLD)
+		return;
+	if (child_pid > 0 && !group_gone)
+	{
+		vmsg("forwarding %s to process group %d", signame(sig), (int) child_pid);
+		kill(-child_pid, sig);
+	}
+	else if (got_signal == 0)
+		got_signal = sig;
+}
+
+/* Acts on whatever is due: signals, exited children, kill deadlines. */
+static void
+service(void)
+{
+	ms_t		now;
+
+	if (sigpipe_fds[0] >= 0)
+	{
+		unsigned char buf[64];
+		ssize_t		n;
+
+		while ((n = read(sigpipe_fds[0], buf, sizeof(buf))) > 0)
+			for (ssize_t i = 0; i < n; i++)
+				handle_signal(buf[i]);
+	}
+	if (child_pid <= 0)
+		return;
+	reap();
+	if (group_gone)
+		return;
+
+	now = now_ms();
+	if (phase == PH_RUN && !lost && now >= term_deadline())
+	{
+		char		b[32];
+		char		why[160];
+
+		snprintf(why, sizeof(why), "lease lost: no renewal succeeded and it may end in %s",
+				 fmt_ms(lease_end - now, b, sizeof(b)));
+		declare_lost(min_ms(now + grace_ms, lease_end - margin_ms), why);
+	}
+	if (term_at != 0 && !killed && now >= kill_at)
+	{
+		msg("sending SIGKILL to process group %d", (int) child_pid);
+		kill(-child_pid, SIGKILL);
+		killed = true;
+		killed_at = now;
+	}
+	if (leader_reaped)
+	{
+		if (kill(-child_pid, 0) != 0 && errno == ESRCH)
+		{
+			group_gone = true;
+			if (lost)
+			{
+				char		b[32];
+
+				msg("process group %d is gone, %s after the lease was lost",
+					(int) child_pid, fmt_ms(now - lost_at, b, sizeof(b)));
+			}
+			else
+				vmsg("process group %d is gone", (int) child_pid);
+		}
+		else if (term_at == 0)
+			terminate_group(now + grace_ms,
+							"the command exited but processes of its group remain");
+		else if (killed && now >= killed_at + KILL_WAIT_MS)
+		{
+			msg("processes of group %d survived SIGKILL for %d ms; not waiting for them",
+				(int) child_pid, KILL_WAIT_MS);
+			group_gone = true;
+		}
+	}
+}
+
+/* When service() next has something to do on its own. */
+static ms_t
+next_timer(void)
+{
+	ms_t		t = NEVER;
+
+	if (child_pid <= 0 || group_gone)
+		return t;
+	if (phase == PH_RUN && !lost)
+		t = min_ms(t, term_deadline());
+	if (term_at != 0 && !killed)
+		t = min_ms(t, kill_at);
+	if (leader_reaped)
+		t = min_ms(t, now_ms() + GROUP_POLL_MS);
+	return t;
+}
+
+/* Whether a query or connection attempt in progress is no longer wanted. */
+static bool
+io_abandoned(void)
+{
+	switch (phase)
+	{
+		case PH_ACQUIRE:
+			return got_signal != 0;
+		case PH_RUN:
+			return lost || group_gone;
+		case PH_FINISH:
+			return false;
+	}
+	return false;
+}
+
+/*
+ * Waits until fd is ready for events, until deadline, or, if abandonable,
+ * until io_abandoned(); runs service() on every wakeup.  Returns 1 when fd
+ * is ready, 0 at the deadline, -1 when abandoned.  With fd < 0 it returns
+ * (0) after the first wakeup, because the caller's state may have changed.
+ */
+static int
+wait_for(int fd, short events, ms_t deadline, bool abandonable)
+{
+	for (;;)
+	{
+		struct pollfd p[2];
+		ms_t		now = now_ms();
+		ms_t		wake = min_ms(deadline, next_timer());
+		int			timeout;
+		int			n;
+		int			nfds = 0;
+		int			fd_idx = -1;
+
+		if (abandonable && io_abandoned())
+			return -1;
+		if (wake == NEVER)
+			timeout = -1;
+		else if (wake <= now)
+			timeout = 0;
+		else
+			timeout = wake - now > INT_MAX ? INT_MAX : (int) (wake - now);
+
+		if (sigpipe_fds[0] >= 0)
+		{
+			p[nfds].fd = sigpipe_fds[0];
+			p[nfds].events = POLLIN;
+			p[nfds].revents = 0;
+			nfds++;
+		}
+		if (fd >= 0)
+		{
+			fd_idx = nfds;
+			p[nfds].fd = fd;
+			p[nfds].events = events;
+			p[nfds].revents = 0;
+			nfds++;
+		}
+		n = poll(p, nfds, timeout);
+		if (n < 0 && errno != EINTR)
+		{
+			msg("poll failed: %s", strerror(errno));
+			exit(EXIT_OSERR);
+		}
+		service();
+		if (abandonable && io_abandoned())
+			return -1;
+		if (n > 0 && fd_idx >= 0 && p[fd_idx].revents != 0)
+			return 1;
+		if (fd < 0 || now_ms() >= deadline)
+			return 0;
+	}
+}
+
+/* Waits for a connection's socket; given up when io_abandoned(). */
+static int
+wait_io(int fd, short events, ms_t deadline)
+{
+	return wait_for(fd, events, deadline, true);
+}
+
+/*
+ * Sleeps until deadline or the next signal or timer, whichever comes first,
+ * and serves it.
+ */
+static void
+sleep_until(ms_t deadline)
+{
+	wait_for(-1, 0, deadline, false);
+}
+
+/* Sleeps until deadline, unless a signal interrupts the wait for the lease. */
+static void
+backoff_until(ms_t deadline)
+{
+	while (now_ms() < deadline && !got_signal)
+		sleep_until(deadline);
+}
+
+/* ---------------------------------------------------------------- libpq */
+
+static void
+close_conn(void)
+{
+	if (conn != NULL)
+		PQfinish(conn);
+	conn = NULL;
+}
+
+/* connect_timeout of the connection's settings, or our default. */
+static ms_t
+connect_timeout_ms(PGconn *c)
+{
+	PQconninfoOption *opts = PQconninfo(c);
+	ms_t		result = DEFAULT_CONNECT_MS;
+
+	if (opts == NULL)
+		return result;
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+	{
+		if (strcmp(o->keyword, "connect_timeout") == 0 && o->val && o->val[0])
+		{
+			long		v = strtol(o->val, NULL, 10);
+
+			if (v > 0)
+				result = (ms_t) (v < 2 ? 2 : v) * 1000;
+		}
+	}
+	PQconninfoFree(opts);
+	return result;
+}
+
+/*
+ * Connects (asynchronously, so signals and kill deadlines are served while
+ * it runs).  deadline 0: connect_timeout or DEFAULT_CONNECT_MS from now.
+ * Sets conn; returns false and sets last_error on failure.
+ */
+static bool
+connect_db(ms_t deadline)
+{
+	/*
+	 * Keepalives notice a dead TCP peer within about 10 s; they come before
+	 * dbname, so a conninfo string that sets them wins.
+	 */
+	const char *keys[8];
+	const char *vals[8];
+	int			n = 0;
+	PostgresPollingStatusType st;
+
+	close_conn();
+	keys[n] = "keepalives_idle";
+	vals[n++] = "5";
+	keys[n] = "keepalives_interval";
+	vals[n++] = "2";
+	keys[n] = "keepalives_count";
+	vals[n++] = "3";
+	keys[n] = "fallback_application_name";
+	vals[n++] = "dlock";
+	if (conninfo != NULL)
+	{
+		keys[n] = "dbname";
+		vals[n++] = conninfo;
+	}
+	keys[n] = NULL;
+	vals[n] = NULL;
+
+	conn = PQconnectStartParams(keys, vals, 1);
+	if (conn == NULL)
+	{
+		set_error("out of memory");
+		return false;
+	}
+	if (PQstatus(conn) == CONNECTION_BAD)
+	{
+		set_error(PQerrorMessage(conn));
+		close_conn();
+		return false;
+	}
+	if (deadline == 0)
+		deadline = now_ms() + connect_timeout_ms(conn);
+
+	st = PGRES_POLLING_WRITING;
+	for (;;)
+	{
+		int			r;
+
+		if (st == PGRES_POLLING_OK)
+			break;
+		if (st == PGRES_POLLING_FAILED)
+		{
+			set_error(PQerrorMessage(conn));
+			close_conn();
+			return false;
+		}
+		r = wait_io(PQsocket(conn), st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+					deadline);
+		if (r <= 0)
+		{
+			set_error(r == 0 ? "timed out connecting to the server" : "interrupted");
+			close_conn();
+			return false;
+		}
+		st = PQconnectPoll(conn);
+	}
+	PQsetNoticeProcessor(conn, notice_processor, NULL);
+	if (PQsetnonblocking(conn, 1) != 0)
+	{
+		set_error(PQerrorMessage(conn));
+		close_conn();
+		return false;
+	}
+	return true;
+}
+
+typedef enum
+{
+	Q_OK,						/* *res is the result, possibly an error */
+	Q_CONNLOST,					/* the connection failed */
+	Q_TIMEOUT,					/* no answer by the deadline */
+	Q_ABANDONED					/* io_abandoned() */
+} QStatus;
+
+/*
+ * Runs one parameterised query (text parameters) on conn.  Unless it returns
+ * Q_OK, the connection is closed, because its state is unknown, and
+ * last_error says why.
+ */
+static QStatus
+run_query(const char *sql, int nparams, const char *const *values, ms_t deadline,
+		  PGresult **res)
+{
+	PGresult   *r;
+
+	*res = NULL;
+	if (conn == NULL)
+	{
+		set_error("not connected");
+		return Q_CONNLOST;
+	}
+	if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0))
+	{
+		set_error(PQerrorMessage(conn));
+		close_conn();
+		return Q_CONNLOST;
+	}
+	for (;;)
+	{
+		int			f = PQflush(conn);
+		int			w;
+
+		if (f == 0)
+			break;
+		if (f < 0)
+		{
+			set_error(PQerrorMessage(conn));
+			close_conn();
+			return Q_CONNLOST;
+		}
+		w = wait_io(PQsocket(conn), POLLOUT | POLLIN, deadline);
+		if (w <= 0)
+			goto not_done;
+		if (!PQconsumeInput(conn))
+		{
+			set_error(PQerrorMessage(conn));
+			close_conn();
+			return Q_CONNLOST;
+		}
+	}
+	for (;;)
+	{
+		while (PQisBusy(conn))
+		{
+			int			w = wait_io(PQsocket(conn), POLLIN, deadline);
+
+			if (w <= 0)
+				goto not_done;
+			if (!PQconsumeInput(conn))
+			{
+				set_error(PQerrorMessage(conn));
+				if (*res)
+					PQclear(*res);
+				*res = NULL;
+				close_conn();
+				return Q_CONNLOST;
+			}
+		}
+		r = PQgetResult(conn);
+		if (r == NULL)
+			break;
+		if (*res == NULL)
+			*res = r;
+		else
+			PQclear(r);
+	}
+	if (PQstatus(conn) == CONNECTION_BAD || *res == NULL)
+	{
+		set_error(*res ? PQresultErrorMessage(*res) : PQerrorMessage(conn));
+		if (*res)
+			PQclear(*res);
+		*res = NULL;
+		close_conn();
+		return Q_CONNLOST;
+	}
+	if (PQresultStatus(*res) != PGRES_TUPLES_OK)
+		set_error(PQresultErrorMessage(*res));
+	return Q_OK;
+
+not_done:
+	if (*res)
+		PQclear(*res);
+	*res = NULL;
+	if (io_abandoned())
+	{
+		set_error("interrupted");
+		close_conn();
+		return Q_ABANDONED;
+	}
+	set_error("no answer from the server in time");
+	close_conn();
+	return Q_TIMEOUT;
+}
+
+/* Whether a Q_OK result is an error of SQLSTATE class 22 (bad argument). */
+static bool
+is_argument_error(PGresult *res)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	return state != NULL && strncmp(state, "22", 2) == 0;
+}
+
+/* ---------------------------------------------------------------- run */
+
+static const char *const sql_try =
+"SELECT dlock_try($1, $2::interval, $3)";
+static const char *const sql_acquire =
+"SELECT dlock_acquire($1, $2::interval, $3::interval, $4)";
+static const char *const sql_renew =
+"SELECT dlock_renew($1, $2::interval, $3)";
+static const char *const sql_release =
+"SELECT dlock_release($1, $2, $3::bigint)";
+static const char *const sql_holder =
+"SELECT owner, token, round(extract(epoch FROM expires_at - clock_timestamp())::numeric, 1), "
+"waiters FROM dlock_locks WHERE name = $1";
+
+/* Tells who holds a busy name (best effort, for the message). */
+static void
+report_holder(const char *name, ms_t deadline)
+{
+	const char *vals[1] = {name};
+	PGresult   *res;
+
+	if (conn == NULL)
+		return;
+	if (run_query(sql_holder, 1, vals, deadline, &res) != Q_OK)
+		return;
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		msg("%s is held by %s (token %s, ends in %s s, %s waiting)", name,
+			PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+			PQgetvalue(res, 0, 3));
+	else
+		msg("%s is busy (others are queued for it)", name);
+	PQclear(res);
+}
+
+typedef enum
+{
+	RENEW_OK,
+	RENEW_GONE,					/* the server says the lease is gone */
+	RENEW_FAILED,				/* error or connection trouble: retry */
+	RENEW_ABANDONED
+} RenewStatus;
+
+/*
+ * One renewal attempt, reconnecting first if needed, given up at deadline.
+ * On success lease_end moves to the send time plus the TTL.
+ */
+static RenewStatus
+renew_once(ms_t deadline)
+{
+	char		ttl_text[64];
+	const char *vals[3];
+	PGresult   *res;
+	QStatus		qs;
+	ms_t		sent;
+	RenewStatus result;
+
+	if (conn == NULL && !connect_db(deadline))
+		return io_abandoned() ? RENEW_ABANDONED : RENEW_FAILED;
+
+	interval_text(ttl_ms, ttl_text, sizeof(ttl_text));
+	vals[0] = lease_name;
+	vals[1] = ttl_text;
+	vals[2] = lease_owner;
+	sent = now_ms();
+	qs = run_query(sql_renew, 3, vals, deadline, &res);
+	if (qs == Q_ABANDONED)
+		return RENEW_ABANDONED;
+	if (qs != Q_OK)
+		return RENEW_FAILED;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		result = RENEW_FAILED;
+	else if (PQgetisnull(res, 0, 0))
+		result = RENEW_GONE;
+	else
+	{
+		result = RENEW_OK;
+		lease_end = sent + ttl_ms;
+		vmsg("renewed %s until %s", lease_name, PQgetvalue(res, 0, 0));
+	}
+	PQclear(res);
+	return result;
+}
+
+/*
+ * Releases the lease: best effort, retried with reconnects for at most
+ * RELEASE_WINDOW_MS, and never after the lease has surely ended.  token NULL
+ * releases whatever lease the owner holds on the name.  Returns 1 if
+ * released, 0 if the server says there was nothing to release, -1 if it
+ * could not be asked.
+ */
+static int
+release_lease(const char *token)
+{
+	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
+	ms_t		backoff = BACKOFF_MIN_MS;
+	const char *vals[3];
+
+	if (lease_end != 0)
+		deadline = min_ms(deadline, lease_end);
+	vals[0] = lease_name;
+	vals[1] = lease_owner;
+	vals[2] = token;
+	for (;;)
+	{
+		PGresult   *res;
+
+		if (conn != NULL || connect_db(deadline))
+		{
+			if (run_query(sql_release, 3, vals, deadline, &res) == Q_OK)
+			{
+				int			result = -1;
+
+				if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+					!PQgetisnull(res, 0, 0))
+					result = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? 1 : 0;
+				PQclear(res);
+				return result;
+			}
+		}
+		if (now_ms() + backoff >= deadline)
+			return -1;
+		vmsg("cannot release yet (%s); retrying", last_error);
+		{
+			ms_t		until = now_ms() + backoff;
+
+			while (now_ms() < until)
+				sleep_until(until);
+		}
+		backoff = min_ms(backoff * 2, BACKOFF_MAX_MS);
+	}
+}
+
+/* Exits after an interrupted wait: releases whatever may have been granted. */
+static void
+exit_interrupted(void)
+{
+	int			sig = got_signal;
+
+	msg("interrupted by %s while waiting for %s; the command was not started",
+		signame(sig), lease_name);
+	phase = PH_FINISH;
+	close_conn();
+	release_lease(NULL);
+	close_conn();
+	exit(128 + sig);
+}
+
+/*
+ * Takes the lease.  Returns only when it is held (lease_token, lease_end
+ * set); exits otherwise.  A lost connection is retried for a while: taking
+ * a lease again with the same owner returns the same token.
+ */
+static void
+acquire_lease(bool nowait, ms_t timeout_ms)
+{
+	ms_t		start = now_ms();
+	ms_t		retry_until = 0;
+	ms_t		backoff = BACKOFF_MIN_MS;
+	char		ttl_text[64];
+	char		timeout_text[64];
+	char		b[32];
+
+	interval_text(ttl_ms, ttl_text, sizeof(ttl_text));
+	for (;;)
+	{
+		const char *vals[4];
+		PGresult   *res;
+		QStatus		qs;
+		ms_t		sent;
+		ms_t		recv;
+		ms_t		deadline = NEVER;
+		const char *sql;
+		int			nparams;
+
+		if (got_signal)
+			exit_interrupted();
+		if (conn == NULL)
+		{
+			if (!connect_db(retry_until ? retry_until : 0))
+			{
+				if (got_signal)
+					exit_interrupted();
+				if (retry_until == 0 || now_ms() >= retry_until)
+				{
+					msg("cannot connect to the server: %s", last_error);
+					exit(EXIT_CONN);
+				}
+				vmsg("reconnecting failed: %s", last_error);
+				backoff_until(min_ms(now_ms() + backoff, retry_until));
+				backoff = min_ms(backoff * 2, BACKOFF_MAX_MS);
+				continue;
+			}
+		}
+
+		vals[0] = lease_name;
+		vals[1] = ttl_text;
+		if (nowait)
+		{
+			sql = sql_try;
+			vals[2] = lease_owner;
+			nparams = 3;
+		}
+		else
+		{
+			sql = sql_acquire;
+			if (timeout_ms >= 0)
+			{
+				ms_t		left = timeout_ms - (now_ms() - start);
+
+				interval_text(left > 0 ? left : 0, timeout_text, sizeof(timeout_text));
+				vals[2] = timeout_text;
+				/* the server times the wait; this only guards a hung server */
+				deadline = start + timeout_ms + RECONNECT_WINDOW_MS;
+			}
+			else
+				vals[2] = NULL;
+			vals[3] = lease_owner;
+			nparams = 4;
+		}
+		sent = now_ms();
+		qs = run_query(sql, nparams, vals, deadline, &res);
+		recv = now_ms();
+		if (qs == Q_ABANDONED)
+			exit_interrupted();
+		if (qs != Q_OK)
+		{
+			if (retry_until == 0)
+				retry_until = now_ms() + RECONNECT_WINDOW_MS;
+			if (now_ms() >= retry_until)
+			{
+				msg("lost the connection while taking %s: %s", lease_name, last_error);
+				exit(EXIT_CONN);
+			}
+			msg("lost the connection while taking %s (%s); retrying", lease_name, last_error);
+			backoff_until(min_ms(now_ms() + backoff, retry_until));
+			backoff = min_ms(backoff * 2, BACKOFF_MAX_MS);
+			continue;
+		}
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		{
+			bool		arg = is_argument_error(res);
+
+			msg("cannot take %s: %s", lease_name, last_error);
+			PQclear(res);
+			exit(arg ? EXIT_USAGE : EXIT_SERVER);
+		}
+		if (PQgetisnull(res, 0, 0))
+		{
+			PQclear(res);
+			if (nowait)
+			{
+				report_holder(lease_name, now_ms() + RELEASE_WINDOW_MS);
+				exit(EXIT_BUSY);
+			}
+			msg("timed out after %s waiting for %s", fmt_ms(recv - start, b, sizeof(b)),
+				lease_name);
+			exit(EXIT_TIMEOUT);
+		}
+		snprintf(lease_token, sizeof(lease_token), "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+		lease_end = sent + ttl_ms;
+		vmsg("took %s as %s, token %s, after %s", lease_name, lease_owner, lease_token,
+			 fmt_ms(recv - start, b, sizeof(b)));
+		if (recv - sent <= ttl_ms / 10)
+			return;
+
+		/*
+		 * The grant came after a wait (or a slow round trip): when exactly is
+		 * unknown, so renew now to know how long the lease lasts.
+		 */
+		phase = PH_RUN;
+		switch (renew_once(now_ms() + RECONNECT_WINDOW_MS))
+		{
+			case RENEW_OK:
+				phase = PH_ACQUIRE;
+				return;
+			case RENEW_GONE:
+				msg("lease on %s lost before the command started", lease_name);
+				exit(EXIT_LOST);
+			default:
+				msg("cannot confirm the lease on %s: %s", lease_name, last_error);
+				phase = PH_FINISH;
+				lease_end = 0;	/* its real end is unknown: do not cap the release */
+				release_lease(lease_token);
+				exit(EXIT_CONN);
+		}
+	}
+}
+
+/*
+ * Starts the command in a process group of its own, with DLOCK_NAME,
+ * DLOCK_OWNER and DLOCK_TOKEN in its environment.
+ */
+static void
+start_child(char **argv)
+{
+	int			errpipe[2];
+	sigset_t	all;
+	sigset_t	old;
+	pid_t		parent = getpid();
+	pid_t		pid;
+	int			child_errno = 0;
+	ssize_t		n;
+
+	if (make_pipe(errpipe, false) != 0)
+	{
+		msg("cannot create a pipe: %s", strerror(errno));
+		phase = PH_FINISH;
+		release_lease(lease_token);
+		exit(EXIT_OSERR);
+	}
+	/* no handler of ours may run in the child */
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, &old);
+	pid = fork();
+	if (pid == 0)
+	{
+		int			e;
+
+		setpgid(0, 0);
+		restore_signals();
+#ifdef __linux__
+		/* if dlock dies, so does the command (its leader, at least) */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(EXIT_LOST);
+#endif
+		setenv("DLOCK_NAME", lease_name, 1);
+		setenv("DLOCK_OWNER", lease_owner, 1);
+		setenv("DLOCK_TOKEN", lease_token, 1);
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		execvp(argv[0], argv);
+		e = errno;
+		if (write(errpipe[1], &e, sizeof(e)) < 0)
+		{
+			/* the parent sees the exit status anyway */
+		}
+		_exit(e == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC);
+	}
+	if (pid < 0)
+	{
+		int			e = errno;
+
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		msg("cannot fork: %s", strerror(e));
+		phase = PH_FINISH;
+		release_lease(lease_token);
+		exit(EXIT_OSERR);
+	}
+	/* both sides set the group, so kill(-pid) works whoever runs first */
+	if (setpgid(pid, pid) != 0 && errno != EACCES)
+		vmsg("setpgid: %s", strerror(errno));
+	child_pid = pid;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+
+	close(errpipe[1]);
+	do
+		n = read(errpipe[0], &child_errno, sizeof(child_errno));
+	while (n < 0 && errno == EINTR);
+	close(errpipe[0]);
+	if (n == (ssize_t) sizeof(child_errno))
+		msg("cannot run %s: %s", argv[0], strerror(child_errno));
+	else
+		vmsg("started %s as process group %d", argv[0], (int) pid);
+}
+
+static int
+cmd_run(const char *name, const char *owner, bool nowait, ms_t timeout_ms,
+		char **argv)
+{
+	ms_t		renew_at;
+	ms_t		backoff = BACKOFF_MIN_MS;
+	int			failures = 0;
+	int			released;
+	int			status;
+
+	lease_name = name;
+	lease_owner = owner;
+	margin_ms = min_ms(MAX_MARGIN_MS, ttl_ms / 10);
+
+	setup_signals();
+#if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
+	/* orphaned members of the group become our children: we reap them */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+#endif
+
+	phase = PH_ACQUIRE;
+	acquire_lease(nowait, timeout_ms);
+	if (got_signal)
+		exit_interrupted();
+
+	phase = PH_RUN;
+	renew_at = lease_end - ttl_ms + ttl_ms / 3;
+	start_child(argv);
+
+	while (!group_gone)
+	{
+		if (!lost && now_ms() >= renew_at)
+		{
+			char		b[32];
+			ms_t		now;
+
+			switch (renew_once(term_deadline()))
+			{
+				case RENEW_OK:
+					if (failures > 0)
+						msg("lease renewed after %d failed attempt%s", failures,
+							failures > 1 ? "s" : "");
+					failures = 0;
+					backoff = BACKOFF_MIN_MS;
+					renew_at = lease_end - ttl_ms + ttl_ms / 3;
+					break;
+				case RENEW_GONE:
+					now = now_ms();
+					declare_lost(now + grace_ms,
+								 "lease lost: the server says it is gone (forced release or expiry)");
+					break;
+				case RENEW_FAILED:
+					now = now_ms();
+					if (failures == 0 || verbose)
+						msg("cannot renew the lease (%s); retrying, SIGTERM to the command in %s unless a renewal succeeds",
+							last_error, fmt_ms(term_deadline() - now, b, sizeof(b)));
+					failures++;
+					renew_at = now + backoff;
+					backoff = min_ms(backoff * 2, BACKOFF_MAX_MS);
+					break;
+				case RENEW_ABANDONED:
+					break;
+			}
+			continue;
+		}
+		sleep_until(lost ? NEVER : renew_at);
+	}
+
+	phase = PH_FINISH;
+	status = leader_status;
+	released = release_lease(lease_token);
+	close_conn();
+
+	if (lost)
+	{
+		if (WIFSIGNALED(status))
+			msg("exiting with status %d (lease lost); the command was killed by signal %d",
+				EXIT_LOST, WTERMSIG(status));
+		else
+			msg("exiting with status %d (lease lost); the command exited with status %d",
+				EXIT_LOST, WEXITSTATUS(status));
+		return EXIT_LOST;
+	}
+	if (released == 0)
+	{
+		msg("the lease on %s was gone when the command ended (forced release?); exiting with status %d",
+			name, EXIT_LOST);
+		return EXIT_LOST;
+	}
+	if (released < 0)
+		msg("could not release %s (%s); it ends by itself within its TTL", name, last_error);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
+
+/* ---------------------------------------------------------------- try, release, status */
+
+/* Connects for the one-shot commands, or exits. */
+static void
+connect_or_exit(void)
+{
+	if (!connect_db(0))
+	{
+		msg("cannot connect to the server: %s", last_error);
+		exit(EXIT_CONN);
+	}
+}
+
+/* Runs a one-shot query, or exits with a message. */
+static PGresult *
+query_or_exit(const char *sql, int nparams, const char *const *vals, const char *what)
+{
+	PGresult   *res;
+	QStatus		qs = run_query(sql, nparams, vals, NEVER, &res);
+
+	if (qs != Q_OK)
+	{
+		msg("%s: %s", what, last_error);
+		exit(EXIT_CONN);
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		bool		arg = is_argument_error(res);
+
+		msg("%s: %s", what, last_error);
+		PQclear(res);
+		exit(arg ? EXIT_USAGE : EXIT_SERVER);
+	}
+	return res;
+}
+
+static int
+cmd_try(const char *name, const char *owner)
+{
+	char		ttl_text[64];
+	const char *vals[3];
+	PGresult   *res;
+
+	interval_text(ttl_ms, ttl_text, sizeof(ttl_text));
+	vals[0] = name;
+	vals[1] = ttl_text;
+	vals[2] = owner;
+	connect_or_exit();
+	res = query_or_exit(sql_try, 3, vals, "cannot take the lease");
+	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		report_holder(name, now_ms() + RELEASE_WINDOW_MS);
+		close_conn();
+		return EXIT_BUSY;
+	}
+	printf("%s %s\n", PQgetvalue(res, 0, 0), owner);
+	PQclear(res);
+	close_conn();
+	return 0;
+}
+
+static int
+cmd_release(const char *name, const char *owner, const char *token)
+{
+	const char *vals[3] = {name, owner, token};
+	PGresult   *res;
+	bool		released;
+
+	connect_or_exit();
+	res = query_or_exit(sql_release, 3, vals, "cannot release the lease");
+	released = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	close_conn();
+	if (!released)
+	{
+		msg("%s: %s holds no live lease on it%s", name, owner,
+			token ? " with that token" : "");
+		return EXIT_RELEASE_NONE;
+	}
+	return 0;
+}
+
+static const char *const sql_status =
+"SELECT name, state, owner, token, pid, since, expires, remaining FROM ("
+" SELECT name, 0 AS pos, 'holder' AS state, owner, token::text AS token,"
+"  pid::text AS pid, to_char(granted_at, 'YYYY-MM-DD HH24:MI:SS') AS since,"
+"  to_char(expires_at, 'YYYY-MM-DD HH24:MI:SS') AS expires,"
+"  round(extract(epoch FROM expires_at - clock_timestamp())::numeric, 1)::text || 's'"
+"   AS remaining"
+" FROM dlock_locks WHERE $1::text IS NULL OR name = $1"
+" UNION ALL"
+" SELECT name, queue_position, 'waiting ' || queue_position, owner, NULL,"
+"  pid::text, to_char(waiting_since, 'YYYY-MM-DD HH24:MI:SS'),"
+"  to_char(deadline, 'YYYY-MM-DD HH24:MI:SS'),"
+"  round(extract(epoch FROM deadline - clock_timestamp())::numeric, 1)::text || 's'"
+" FROM dlock_waiters WHERE $1::text IS NULL OR name = $1"
+") s ORDER BY name, pos";
+
+static int
+cmd_status(const char *name)
+{
+	static const char *const headers[] = {
+		"NAME", "STATE", "OWNER", "TOKEN", "PID", "SINCE", "EXPIRES/DEADLINE", "LEFT"
+	};
+	const int	ncols = 8;
+	const char *vals[1] = {name};
+	PGresult   *res;
+	int			width[8];
+	int			nrows;
+	bool		held = false;
+
+	connect_or_exit();
+	res = query_or_exit(sql_status, 1, vals, "cannot read dlock_locks and dlock_waiters");
+	nrows = PQntuples(res);
+	if (PQnfields(res) != ncols)
+	{
+		msg("unexpected result from the server");
+		exit(EXIT_SERVER);
+	}
+	for (int c = 0; c < ncols; c++)
+	{
+		width[c] = (int) strlen(headers[c]);
+		for (int r = 0; r < nrows; r++)
+		{
+			int			len = PQgetisnull(res, r, c) ? 1 : (int) strlen(PQgetvalue(res, r, c));
+
+			if (len > width[c])
+				width[c] = len;
+		}
+	}
+	for (int c = 0; c < ncols; c++)
+		printf("%-*s%s", c == ncols - 1 ? 0 : width[c], headers[c], c == ncols - 1 ? "\n" : "  ");
+	for (int r = 0; r < nrows; r++)
+	{
+		if (strcmp(PQgetvalue(res, r, 1), "holder") == 0)
+			held = true;
+		for (int c = 0; c < ncols; c++)
+			printf("%-*s%s", c == ncols - 1 ? 0 : width[c],
+				   PQgetisnull(res, r, c) ? "-" : PQgetvalue(res, r, c),
+				   c == ncols - 1 ? "\n" : "  ");
+	}
+	PQclear(res);
+	close_conn();
+	if (name != NULL && !held)
+		return EXIT_RELEASE_NONE;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+			"dlock runs a command while holding a dlock lease, and takes, releases and lists leases.\n"
+			"\n"
+			"Usage:\n"
+			"  dlock [OPTION]... run [--ttl DUR] [--timeout DUR | --no-wait] [--grace DUR]\n"
+			"                        [--owner OWNER] NAME -- COMMAND [ARG]...\n"
+			"  dlock [OPTION]... try [--ttl DUR] [--owner OWNER] NAME\n"
+			"  dlock [OPTION]... release --owner OWNER [--token TOKEN] NAME\n"
+			"  dlock [OPTION]... status [NAME]\n"
+			"  dlock --help | --version\n"
+			"\n"
+			"run   takes the lease (waiting for it unless --no-wait), runs COMMAND in a process\n"
+			"      group of its own with DLOCK_NAME, DLOCK_OWNER and DLOCK_TOKEN set, renews the\n"
+			"      lease every third of its TTL, forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1\n"
+			"      and SIGUSR2 to the group, and releases the lease once the group is gone.  If\n"
+			"      the lease is lost (a renewal finds it gone, or none succeeds before it may\n"
+			"      end), the group gets SIGTERM, then SIGKILL after the grace period.\n"
+			"try   takes the lease if it is free and prints \"TOKEN OWNER\"; it is not renewed.\n"
+			"release  releases OWNER's lease on NAME (only with TOKEN, if given).\n"
+			"status   lists holders and waiters (of NAME, or of every name).\n"
+			"\n"
+			"Options (before or after the subcommand):\n"
+			"  -d, --dbname=CONNINFO  connection string or URI; otherwise libpq's defaults and\n"
+			"                         PGHOST, PGPORT, PGDATABASE, PGUSER, PGSERVICE, ...\n"
+			"  -v, --verbose          report grants, renewals and forwarded signals on stderr\n"
+			"  -h, --help             show this help\n"
+			"      --version          show the version\n"
+			"  --ttl=DUR              lease time (default 30s; at least 1s)\n"
+			"  --timeout=DUR          run: wait at most DUR for the lease (default: forever;\n"
+			"                         0 is --no-wait)\n"
+			"  --no-wait              run: exit 69 at once if the lease is busy\n"
+			"  --grace=DUR            run: SIGTERM to SIGKILL (default 5s, or a quarter of the\n"
+			"                         TTL if less; must be less than half the TTL)\n"
+			"  --owner=OWNER          lease owner (default dlock-run:HOST:PID, dlock-try:HOST:PID)\n"
+			"  --token=TOKEN          release: only the lease with this fencing token\n"
+			"DUR is a number with an optional unit: ms, s, m, h, d (default s): 500ms, 1.5s, 2m.\n"
+			"\n"
+			"Exit status:\n"
+			"  run: the command's status, or 128+N if signal N killed it; or one of\n"
+			"    64 usage error               69 lease busy (--no-wait; try)\n"
+			"    70 the server refused a call 71 system error (fork, pipe)\n"
+			"    75 timed out waiting         76 lease lost (the command was terminated)\n"
+			"    77 connection failure        126 command not executable, 127 not found\n"
+			"    128+N interrupted by signal N before the command started\n"
+			"  release: 0 released, 1 nothing to release; status NAME: 0 held, 1 not held.\n"
+			"  dlock prints a message on stderr whenever the status is its own.\n");
+}
+
+static void
+usage_error(const char *fmt,...)
+{
+	va_list		ap;
+
+	fprintf(stderr, "%s: ", progname);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry \"%s --help\" for more information.\n", progname);
+	exit(EXIT_USAGE);
+}
+
+/* Parses a global option at argv[*i]; returns false if it is not one. */
+static bool
+global_option(int argc, char **argv, int *i)
+{
+	const char *a = argv[*i];
+
+	if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0)
+		verbose = true;
+	else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+	{
+		usage(stdout);
+		exit(0);
+	}
+	else if (strcmp(a, "--version") == 0)
+	{
+		printf("dlock %s\n", DLOCK_CLI_VERSION);
+		exit(0);
+	}
+	else if (strcmp(a, "-d") == 0 || strcmp(a, "--dbname") == 0)
+	{
+		if (*i + 1 >= argc)
+			usage_error("option %s needs an argument", a);
+		conninfo = argv[++*i];
+	}
+	else if (strncmp(a, "--dbname=", 9) == 0)
+		conninfo = a + 9;
+	else if (strncmp(a, "-d", 2) == 0)
+		conninfo = a + 2;
+	else
+		return false;
+	return true;
+}
+
+static ms_t
+duration_arg(const char *opt, const char *val)
+{
+	ms_t		ms;
+
+	if (!parse_duration(val, &ms))
+		usage_error("invalid duration for --%s: \"%s\" (examples: 30s, 500ms, 2m)", opt, val);
+	return ms;
+}
+
+static char *
+default_owner(const char *kind)
+{
+	char		host[256];
+	static char owner[MAX_OWNER_LEN + 1];
+
+	if (gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "unknown");
+	host[sizeof(host) - 1] = '\0';
+	/* keep the pid when the host name is long */
+	snprintf(owner, sizeof(owner), "dlock-%s:%.*s:%d", kind,
+			 MAX_OWNER_LEN - 24, host, (int) getpid());
+	return owner;
+}
+
+enum
+{
+	OPT_TTL = 1000,
+	OPT_TIMEOUT,
+	OPT_NOWAIT,
+	OPT_GRACE,
+	OPT_OWNER,
+	OPT_TOKEN,
+	OPT_VERSION
+};
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dbname", required_argument, NULL, 'd'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, OPT_VERSION},
+		{"ttl", required_argument, NULL, OPT_TTL},
+		{"timeout", required_argument, NULL, OPT_TIMEOUT},
+		{"no-wait", no_argument, NULL, OPT_NOWAIT},
+		{"grace", required_argument, NULL, OPT_GRACE},
+		{"owner", required_argument, NULL, OPT_OWNER},
+		{"token", required_argument, NULL, OPT_TOKEN},
+		{NULL, 0, NULL, 0}
+	};
+	int			i = 1;
+	const char *sub;
+	char	  **sargv;
+	int			sargc;
+	int			optc;
+	int			dashdash = -1;
+	const char *owner = NULL;
+	const char *token = NULL;
+	bool		nowait = false;
+	bool		ttl_given = false;
+	bool		timeout_given = false;
+	bool		grace_given = false;
+	ms_t		timeout_ms = -1;
+	int			npos;
+	char	  **pos;
+
+	while (i < argc && argv[i][0] == '-' && global_option(argc, argv, &i))
+		i++;
+	if (i >= argc)
+		usage_error("no subcommand given (run, try, release or status)");
+	sub = argv[i];
+	if (strcmp(sub, "help") == 0)
+	{
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 &&
+		strcmp(sub, "release") != 0 && strcmp(sub, "status") != 0)
+		usage_error("unknown subcommand \"%s\" (run, try, release or status)", sub);
+
+	/* the subcommand's arguments, with the subcommand as argv[0] */
+	sargv = argv + i;
+	sargc = argc - i;
+	for (int k = 1; k < sargc; k++)
+	{
+		if (strcmp(sargv[k], "--") == 0)
+		{
+			dashdash = k;
+			break;
+		}
+	}
+	/*
+	 * run without "--": options stop at NAME, the rest is the command.  With
+	 * "--", options may come anywhere before it.
+	 */
+	opterr = 0;
+	optind = 1;
+	while ((optc = getopt_long(dashdash >= 0 ? dashdash : sargc, sargv,
+							   strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
+							   longopts, NULL)) != -1)
+	{
+		switch (optc)
+		{
+			case 'd':
+				conninfo = optarg;
+				break;
+			case 'v':
+				verbose = true;
+				break;
+			case 'h':
+				usage(stdout);
+				return 0;
+			case OPT_VERSION:
+				printf("dlock %s\n", DLOCK_CLI_VERSION);
+				return 0;
+			case OPT_TTL:
+				ttl_ms = duration_arg("ttl", optarg);
+				ttl_given = true;
+				break;
+			case OPT_TIMEOUT:
+				timeout_ms = duration_arg("timeout", optarg);
+				timeout_given = true;
+				break;
+			case OPT_NOWAIT:
+				nowait = true;
+				break;
+			case OPT_GRACE:
+				grace_ms = duration_arg("grace", optarg);
+				grace_given = true;
+				break;
+			case OPT_OWNER:
+				owner = optarg;
+				break;
+			case OPT_TOKEN:
+				token = optarg;
+				break;
+			case ':':
+				usage_error("option %s needs an argument", sargv[optind - 1]);
+				break;
+			default:
+				if (optopt != 0)
+					usage_error("unknown option -%c", optopt);
+				usage_error("unknown option %s", sargv[optind - 1]);
+		}
+	}
+	pos = sargv + optind;
+	npos = (dashdash >= 0 ? dashdash : sargc) - optind;
+
+	/* options that do not apply to the subcommand */
+	if (strcmp(sub, "run") != 0 && (timeout_given || nowait || grace_given))
+		usage_error("--timeout, --no-wait and --grace are options of run");
+	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && ttl_given)
+		usage_error("--ttl is an option of run and try");
+	if (strcmp(sub, "release") != 0 && token != NULL)
+		usage_error("--token is an option of release");
+	if (strcmp(sub, "status") == 0 && owner != NULL)
+		usage_error("--owner is not an option of status");
+	if (owner != NULL && (owner[0] == '\0' || strlen(owner) > MAX_OWNER_LEN))
+		usage_error("--owner must be 1 to %d bytes", MAX_OWNER_LEN);
+	if (ttl_given && (ttl_ms < MIN_TTL_MS || ttl_ms > MAX_TTL_MS))
+		usage_error("--ttl must be at least 1s and at most 7 days");
+	if (token != NULL)
+	{
+		const char *p = token;
+
+		if (*p == '-')
+			p++;
+		if (*p == '\0' || strspn(p, "0123456789") != strlen(p) || strlen(p) > 19)
+			usage_error("--token must be an integer");
+	}
+	if (dashdash >= 0 && strcmp(sub, "run") != 0)
+		usage_error("\"--\" is only used by run");
+
+	if (strcmp(sub, "run") == 0)
+	{
+		char	  **cmd;
+
+		if (dashdash >= 0)
+		{
+			if (npos != 1)
+				usage_error(npos == 0 ? "run needs a NAME" :
+							"run takes one NAME before \"--\"");
+			cmd = sargv + dashdash + 1;
+		}
+		else
+		{
+			if (npos < 1)
+				usage_error("run needs a NAME and a COMMAND");
+			cmd = pos + 1;
+		}
+		if (*cmd == NULL)
+			usage_error("run needs a COMMAND after the NAME (dlock run NAME -- COMMAND)");
+		if (pos[0][0] == '\0')
+			usage_error("NAME must not be empty");
+		if (nowait && timeout_given)
+			usage_error("--no-wait and --timeout exclude each other");
+		if (timeout_given && timeout_ms == 0)
+			nowait = true;
+		if (!grace_given)
+			grace_ms = min_ms(DEFAULT_GRACE_MS, ttl_ms / 4);
+		else if (grace_ms * 2 >= ttl_ms)
+			usage_error("--grace must be less than half the TTL");
+		return cmd_run(pos[0], owner ? owner : default_owner("run"), nowait,
+					   timeout_given ? timeout_ms : -1, cmd);
+	}
+	if (strcmp(sub, "try") == 0)
+	{
+		if (npos != 1)
+			usage_error("try takes one NAME");
+		return cmd_try(pos[0], owner ? owner : default_owner("try"));
+	}
+	if (strcmp(sub, "release") == 0)
+	{
+		if (npos != 1)
+			usage_error("release takes one NAME");
+		if (owner == NULL)
+			usage_error("release needs --owner");
+		return cmd_release(pos[0], owner, token);
+	}
+	/* status */
+	if (npos > 1)
+		usage_error("status takes at most one NAME");
+	return cmd_status(npos == 1 ? pos[0] : NULL);
+}

@@ -1,0 +1,493 @@
+#!/bin/bash
+# Tests of the dlock command (cli/): mutual exclusion of two or more
+# `dlock run`, busy and timeout exits, kill of the command's whole process
+# group after a forced release and after the server is killed, survival of a
+# quick server restart, signal forwarding, exit status pass-through, cleanup
+# of leftover group members, and usage errors.
+#
+# Builds cli/dlock, starts a throwaway cluster of its own (unix socket only,
+# shared_preload_libraries = 'dlock') under test/tmp/cli.* of the checkout
+# (socket in a short private dir in /tmp), and exits non-zero on the first
+# failure.  Run it as a non-root user that can run initdb, after `make
+# install` of the extension:
+#
+#   runuser -u postgres -- test/suites/cli.sh
+#
+# Environment: PG_CONFIG, DLOCK_TOP (checkout to use; default: this
+# script's), DLOCK_LOGDIR (the server log is copied there on failure).
+set -euo pipefail
+
+here=${DLOCK_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+if [ -z "${PG_CONFIG:-}" ]; then
+	if [ -x /usr/lib/postgresql/15/bin/pg_config ]; then
+		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+	else
+		PG_CONFIG=pg_config
+	fi
+fi
+bindir=$("$PG_CONFIG" --bindir)
+t_begin=$(date +%s%3N)
+
+if [ "$(id -u)" = 0 ]; then
+	echo "cli.sh: initdb refuses root; run as postgres: runuser -u postgres -- $0" >&2
+	exit 2
+fi
+if [ ! -f "$("$PG_CONFIG" --pkglibdir)/dlock.so" ] ||
+	[ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
+	echo "cli.sh: dlock is not installed; run make && make install first" >&2
+	exit 2
+fi
+
+make -s -C "$here/cli" PG_CONFIG="$PG_CONFIG"
+dlock=$here/cli/dlock
+
+mkdir -p "$here/test/tmp"
+tmp=$(mktemp -d "$here/test/tmp/cli.XXXXXX")
+sock=$(mktemp -d /tmp/dlock-cli-sock.XXXXXX)	# socket paths must be short
+port=54337
+started=
+bg_pids=()		# background dlock processes
+groups=()		# process groups of commands we started
+results=()		# measurements, printed at the end
+
+cleanup() {
+	rc=$?
+	set +e
+	local p
+	for p in "${bg_pids[@]}"; do
+		kill -KILL "$p" 2>/dev/null
+	done
+	for p in "${groups[@]}"; do
+		kill -KILL -- "-$p" 2>/dev/null
+	done
+	if [ -n "$started" ]; then
+		"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w stop >/dev/null 2>&1
+	fi
+	rm -rf "$sock"
+	if [ $rc -ne 0 ]; then
+		if [ -f "$tmp/server.log" ]; then
+			echo "--- last lines of the server log ($tmp/server.log):" >&2
+			tail -n 30 "$tmp/server.log" >&2
+			if [ -n "${DLOCK_LOGDIR:-}" ] && mkdir -p "$DLOCK_LOGDIR" 2>/dev/null; then
+				cp "$tmp/server.log" "$DLOCK_LOGDIR/cli-server.log" &&
+					echo "--- server log copied to $DLOCK_LOGDIR/cli-server.log" >&2
+			fi
+		fi
+		echo "--- kept $tmp for inspection" >&2
+	else
+		rm -rf "$tmp"
+	fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+	echo "cli.sh: FAILED: $*" >&2
+	exit 1
+}
+ok() {
+	echo "ok - $*"
+}
+now() {
+	date +%s%3N
+}
+
+# expect_status <status> <description> <command...>: runs the command with
+# stdout and stderr in $tmp/out and $tmp/err, checks its exit status.
+expect_status() {
+	local want=$1 what=$2 rc=0
+	shift 2
+	"$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+	if [ "$rc" != "$want" ]; then
+		echo "--- stdout:" >&2
+		cat "$tmp/out" >&2
+		echo "--- stderr:" >&2
+		cat "$tmp/err" >&2
+		fail "$what: exit status $rc, expected $want (command: $*)"
+	fi
+	ok "$what (exit $rc)"
+}
+
+sql() {
+	"$bindir/psql" -X -q -t -A -v ON_ERROR_STOP=1 -c "$1"
+}
+
+# Waits until file $1 exists and is not empty (at most $2 ms).
+wait_file() {
+	local deadline=$(($(now) + $2))
+	until [ -s "$1" ]; do
+		(($(now) < deadline)) || fail "timed out waiting for $1"
+		sleep 0.02
+	done
+}
+
+# Waits until name $1 has a holder (at most $2 ms).
+wait_held() {
+	local deadline=$(($(now) + $2))
+	until [ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = '$1'")" = 1 ]; do
+		(($(now) < deadline)) || fail "timed out waiting for a holder of $1"
+		sleep 0.02
+	done
+}
+
+# Waits until process group $1 has no process left, at most $2 ms after $3
+# (a time from now()).  Prints two times from $3: when the group was gone,
+# and when its first member was gone.  Fails after the limit.
+wait_group_dead() {
+	local pg=$1 limit=$2 t0=$3 n n0 t first_gone=""
+	n0=$(pgrep -c -g "$pg" || true)
+	while :; do
+		t=$(now)
+		n=$(pgrep -c -g "$pg" || true)
+		if [ -z "$first_gone" ] && [ "$n" -lt "$n0" ]; then
+			first_gone=$((t - t0))
+		fi
+		if ! kill -0 -- "-$pg" 2>/dev/null; then
+			echo "$((t - t0)) ${first_gone:-$((t - t0))}"
+			return 0
+		fi
+		if ((t - t0 > limit)); then
+			echo "--- processes of group $pg still alive after $limit ms:" >&2
+			ps -o pid,ppid,pgid,stat,args -g "$pg" >&2 || true
+			pgrep -a -g "$pg" >&2 || true
+			return 1
+		fi
+		sleep 0.01
+	done
+}
+
+# ---------------------------------------------------------------- cluster
+"$bindir/initdb" -D "$tmp/data" --auth=trust --no-instructions -E UTF8 --locale=C >"$tmp/initdb.log" 2>&1 ||
+	{ cat "$tmp/initdb.log" >&2; exit 2; }
+cat >>"$tmp/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$sock'
+port = $port
+shared_preload_libraries = 'dlock'
+max_connections = 50
+fsync = off
+log_min_messages = warning
+CONF
+"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 30 start >/dev/null
+started=1
+
+unset PGSERVICE PGOPTIONS PGUSER PGPASSWORD PGHOSTADDR PGDATABASE
+export PGHOST="$sock" PGPORT=$port PGDATABASE=postgres
+sql 'CREATE EXTENSION dlock' >/dev/null
+sql 'CREATE DATABASE noext' >/dev/null
+cd "$tmp"
+
+# ---------------------------------------------------------------- usage
+expect_status 0 "--help" "$dlock" --help
+grep -q "Exit status" "$tmp/out" || fail "--help does not document exit statuses"
+expect_status 0 "--version" "$dlock" --version
+expect_status 64 "usage: no subcommand" "$dlock"
+expect_status 64 "usage: unknown subcommand" "$dlock" frobnicate
+expect_status 64 "usage: run without NAME" "$dlock" run
+expect_status 64 "usage: run without COMMAND" "$dlock" run name
+expect_status 64 "usage: run with -- but no COMMAND" "$dlock" run name --
+expect_status 64 "usage: run with two names" "$dlock" run a b -- true
+expect_status 64 "usage: bad --ttl" "$dlock" run --ttl soon name -- true
+expect_status 64 "usage: --ttl below 1s" "$dlock" run --ttl 500ms name -- true
+expect_status 64 "usage: --grace not under half the TTL" "$dlock" run --ttl 4s --grace 2s name -- true
+expect_status 64 "usage: --no-wait with --timeout" "$dlock" run --no-wait --timeout 1s name -- true
+expect_status 64 "usage: unknown option" "$dlock" run --frob name -- true
+expect_status 64 "usage: option without its argument" "$dlock" try name --ttl
+expect_status 64 "usage: release without --owner" "$dlock" release name
+expect_status 64 "usage: --token not an integer" "$dlock" release --owner o --token x name
+expect_status 64 "usage: status with two names" "$dlock" status a b
+expect_status 64 "usage: try with --timeout" "$dlock" try --timeout 1s name
+expect_status 64 "usage: owner too long" "$dlock" try --owner "$(printf 'o%.0s' $(seq 129))" name
+grep -q "Try \"dlock --help\"" "$tmp/err" || fail "usage errors do not point to --help"
+expect_status 64 "usage: a name the server rejects (SQLSTATE 22023)" "$dlock" run "$(printf 'n%.0s' $(seq 201))" -- true
+
+# ---------------------------------------------------------------- connection and server errors
+expect_status 77 "connection failure: no server on that port" env PGPORT=1 "$dlock" run name -- true
+expect_status 77 "connection failure: status" env PGPORT=1 "$dlock" status
+expect_status 70 "server error: extension missing in the database" "$dlock" -d "dbname=noext" run name -- true
+expect_status 0 "--dbname with a conninfo string" "$dlock" --dbname "host=$sock port=$port dbname=postgres" run name -- true
+
+# ---------------------------------------------------------------- exit status and environment
+expect_status 0 "exit status 0 passed through" "$dlock" run st -- true
+expect_status 3 "exit status 3 passed through" "$dlock" run st -- sh -c 'exit 3'
+expect_status 143 "command killed by SIGTERM: 128+15" "$dlock" run st -- sh -c 'kill -TERM $$'
+expect_status 127 "command not found" "$dlock" run st -- ./no-such-command
+grep -q "cannot run" "$tmp/err" || fail "no message for a command that cannot run"
+expect_status 126 "command not executable" "$dlock" run st -- /dev/null
+expect_status 0 "environment of the command" "$dlock" run --owner env-owner envname -- \
+	sh -c 'echo "$DLOCK_NAME|$DLOCK_OWNER|$DLOCK_TOKEN|$(ps -o pgid= -p $$ | tr -d " ")|$$"'
+IFS='|' read -r e_name e_owner e_token e_pgid e_pid <"$tmp/out"
+[ "$e_name" = envname ] && [ "$e_owner" = env-owner ] && [[ "$e_token" =~ ^[0-9]+$ ]] ||
+	fail "DLOCK_NAME/OWNER/TOKEN wrong: $(cat "$tmp/out")"
+[ "$e_pgid" = "$e_pid" ] || fail "the command is not the leader of its own process group (pgid $e_pgid, pid $e_pid)"
+ok "DLOCK_NAME, DLOCK_OWNER, DLOCK_TOKEN set; the command leads its own process group"
+expect_status 0 "default owner is dlock-run:HOST:PID" "$dlock" run envname -- sh -c 'echo "$DLOCK_OWNER"'
+grep -qE '^dlock-run:.+:[0-9]+$' "$tmp/out" || fail "default owner: $(cat "$tmp/out")"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name IN ('st', 'envname')")" = 0 ] ||
+	fail "leases left after the commands exited: $(sql "SELECT name, owner FROM dlock_locks")"
+ok "leases released after the commands exited"
+
+# ---------------------------------------------------------------- try, release, status, busy, timeout
+expect_status 0 "try takes a free name" "$dlock" try --owner holder busy
+read -r busy_token busy_owner <"$tmp/out"
+[[ "$busy_token" =~ ^[0-9]+$ ]] && [ "$busy_owner" = holder ] || fail "try printed: $(cat "$tmp/out")"
+expect_status 69 "try on a busy name" "$dlock" try --owner other busy
+grep -q "held by holder" "$tmp/err" || fail "busy message does not name the holder: $(cat "$tmp/err")"
+expect_status 69 "run --no-wait on a busy name" "$dlock" run --no-wait busy -- touch "$tmp/ran"
+expect_status 69 "run --timeout 0 on a busy name" "$dlock" run --timeout 0 busy -- touch "$tmp/ran"
+t0=$(now)
+expect_status 75 "run --timeout 1s on a busy name" "$dlock" run --timeout 1s busy -- touch "$tmp/ran"
+el=$(($(now) - t0))
+((el >= 900 && el < 5000)) || fail "--timeout 1s took $el ms"
+[ ! -e "$tmp/ran" ] || fail "the command ran although the lease was busy"
+expect_status 0 "status NAME of a held name" "$dlock" status busy
+grep -qE "^busy +holder +holder +$busy_token " "$tmp/out" || fail "status: $(cat "$tmp/out")"
+expect_status 1 "release with the wrong token" "$dlock" release --owner holder --token 1 busy
+expect_status 1 "release by another owner" "$dlock" release --owner other busy
+expect_status 0 "release by the holder with its token" "$dlock" release --owner holder --token "$busy_token" busy
+expect_status 1 "release again" "$dlock" release --owner holder busy
+expect_status 1 "status NAME of a free name" "$dlock" status busy
+
+# status lists holders and waiters
+"$dlock" try --owner st-holder stq >/dev/null
+"$dlock" run --owner st-waiter stq -- true &
+bg_pids+=($!)
+deadline=$(($(now) + 5000))
+until [ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'stq'")" = 1 ]; do
+	(($(now) < deadline)) || fail "no waiter on stq"
+	sleep 0.02
+done
+expect_status 0 "status lists holder and waiter" "$dlock" status
+grep -qE '^stq +holder +st-holder ' "$tmp/out" && grep -qE '^stq +waiting 1 +st-waiter ' "$tmp/out" ||
+	fail "status: $(cat "$tmp/out")"
+"$dlock" release --owner st-holder stq
+wait "${bg_pids[-1]}" || fail "the waiter on stq failed after the release"
+ok "the waiter ran after the release"
+
+# ---------------------------------------------------------------- mutual exclusion
+# Three workers, each running five commands under the same name; every
+# command logs its start and end (ns) and holds a mkdir lock meanwhile.
+check_overlap() {
+	awk '
+		$1 == "start" { s[$3] = $2; n++ }
+		$1 == "end"   { e[$3] = $2 }
+		$1 == "OVERLAP" { bad = bad " mkdir-overlap(" $2 ")" }
+		END {
+			for (p in s) { if (!(p in e)) bad = bad " no-end(" p ")"; k++; ps[k] = p }
+			# sort by start time
+			for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++)
+				if (s[ps[j]] + 0 < s[ps[i]] + 0) { t = ps[i]; ps[i] = ps[j]; ps[j] = t }
+			for (i = 2; i <= k; i++)
+				if (s[ps[i]] + 0 < e[ps[i - 1]] + 0)
+					bad = bad " overlap(" ps[i - 1] "," ps[i] ")"
+			if (bad != "") { print "violations:" bad; exit 1 }
+			print n
+		}' "$1"
+}
+# the checker must catch an overlap
+printf 'start 100 1\nstart 150 2\nend 200 1\nend 250 2\n' >"$tmp/bad.log"
+if check_overlap "$tmp/bad.log" >/dev/null; then
+	fail "the overlap checker misses an overlap"
+fi
+ok "the overlap checker catches a planted overlap"
+
+mx_cmd='echo "start $(date +%s%N) $$" >>mx.log
+mkdir mx.busy 2>/dev/null || echo "OVERLAP $$" >>mx.log
+sleep 0.1
+rmdir mx.busy 2>/dev/null
+echo "end $(date +%s%N) $$" >>mx.log'
+workers=()
+for w in 1 2 3; do
+	(
+		for i in 1 2 3 4 5; do
+			"$dlock" run --timeout 30s --owner "mx-$w" mx -- sh -c "$mx_cmd" || exit 1
+		done
+	) &
+	workers+=($!)
+	bg_pids+=($!)
+done
+for w in "${workers[@]}"; do
+	wait "$w" || fail "a mutual-exclusion worker failed"
+done
+n=$(check_overlap "$tmp/mx.log") || fail "dlock run overlapped: $n"
+[ "$n" = 15 ] || fail "expected 15 critical sections, found $n"
+ok "three concurrent workers, 15 dlock run under one name: no overlap"
+
+# ---------------------------------------------------------------- leftovers of the group
+expect_status 0 "command exits, a background child of it is left" "$dlock" run --ttl 4s left -- \
+	sh -c 'sleep 1000 & echo $! >left.pid; exit 0'
+lp=$(cat "$tmp/left.pid")
+! kill -0 "$lp" 2>/dev/null || fail "the command's background child $lp survived dlock run"
+ok "processes left in the group are killed before the lease is released"
+
+# ---------------------------------------------------------------- signals
+# A non-interactive shell starts background jobs with SIGINT ignored, and
+# dlock keeps an ignored signal ignored; perl resets it for the INT case.
+sig_num() {
+	case $1 in HUP) echo 1 ;; INT) echo 2 ;; TERM) echo 15 ;; esac
+}
+for s in TERM HUP INT; do
+	rm -f "$tmp/sig.out"
+	perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die "exec: $!"' -- \
+		"$dlock" run "sig$s" -- sh -c "trap 'echo got-$s >sig.out; exit 9' $s; echo \$\$ >sig.pgid; while :; do sleep 0.05; done" &
+	dp=$!
+	bg_pids+=($dp)
+	wait_file "$tmp/sig.pgid" 5000
+	groups+=("$(cat "$tmp/sig.pgid")")
+	rm -f "$tmp/sig.pgid"
+	kill -"$s" "$dp"
+	rc=0
+	wait "$dp" || rc=$?
+	[ "$rc" = 9 ] || fail "SIG$s to dlock run: exit status $rc, expected the command's 9"
+	grep -q "got-$s" "$tmp/sig.out" || fail "SIG$s was not forwarded to the command"
+	[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'sig$s'")" = 0 ] || fail "lease sig$s left after SIG$s"
+	ok "SIG$s forwarded to the command, its status returned, lease released"
+done
+# a command that does not catch the signal dies of it: 128+N
+"$dlock" run sigdfl -- sh -c 'echo $$ >sig.pgid; sleep 1000 & wait' &
+dp=$!
+bg_pids+=($dp)
+wait_file "$tmp/sig.pgid" 5000
+pg=$(cat "$tmp/sig.pgid")
+groups+=("$pg")
+rm -f "$tmp/sig.pgid"
+kill -HUP "$dp"
+rc=0
+wait "$dp" || rc=$?
+[ "$rc" = $((128 + 1)) ] || fail "SIGHUP to an uncatching command: exit status $rc, expected 129"
+wait_group_dead "$pg" 3000 "$(now)" >/dev/null || fail "group $pg not dead after SIGHUP"
+ok "SIGHUP kills an uncatching command and its whole group: exit 129"
+
+# a signal while waiting: the command never runs, the queue is left
+"$dlock" try --owner sw-holder sigwait >/dev/null
+rm -f "$tmp/ran"
+"$dlock" run sigwait -- touch "$tmp/ran" &
+dp=$!
+bg_pids+=($dp)
+deadline=$(($(now) + 5000))
+until [ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'sigwait'")" = 1 ]; do
+	(($(now) < deadline)) || fail "no waiter on sigwait"
+	sleep 0.02
+done
+kill -TERM "$dp"
+rc=0
+wait "$dp" || rc=$?
+[ "$rc" = 143 ] || fail "SIGTERM while waiting: exit status $rc, expected 143"
+[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM while waiting"
+sleep 0.2
+[ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'sigwait'")" = 0 ] || fail "waiter left in the queue"
+[ "$(sql "SELECT owner FROM dlock_locks WHERE name = 'sigwait'")" = sw-holder ] || fail "sigwait changed hands"
+"$dlock" release --owner sw-holder sigwait
+ok "SIGTERM while waiting: exit 143, command not started, queue left"
+
+# ---------------------------------------------------------------- lease lost: forced release
+# ttl 3s (renewal every 1 s), grace 1s.  The group has a member that
+# ignores SIGTERM, so it ends only with the SIGKILL.  Bound: the next
+# renewal (<= ttl/3) + grace, plus 1 s of slack for a loaded machine.
+ttl=3000
+grace=1000
+rm -f "$tmp/fr.pgid"
+"$dlock" run --ttl 3s --grace 1s forced -- \
+	sh -c 'echo $$ >fr.pgid; (trap "" TERM; exec sleep 1000) & sleep 1000 & wait' 2>"$tmp/fr.err" &
+dp=$!
+bg_pids+=($dp)
+wait_file "$tmp/fr.pgid" 5000
+pg=$(cat "$tmp/fr.pgid")
+groups+=("$pg")
+wait_held forced 5000
+sleep 0.5
+[ "$(pgrep -c -g "$pg")" = 3 ] || fail "expected 3 processes in group $pg: $(pgrep -a -g "$pg")"
+t0=$(now)
+[ "$(sql "SELECT dlock_force_release('forced')")" = t ] || fail "dlock_force_release returned false"
+bound=$((ttl / 3 + grace + 1000))
+times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "forced release: group not dead within $bound ms"
+read -r el term_el <<<"$times"
+rc=0
+wait "$dp" || rc=$?
+[ "$rc" = 76 ] || fail "forced release: exit status $rc, expected 76; stderr: $(cat "$tmp/fr.err")"
+grep -q "lease lost" "$tmp/fr.err" || fail "forced release: no message: $(cat "$tmp/fr.err")"
+ok "forced release: SIGTERM after ${term_el} ms, whole group dead after $el ms (bound $bound), exit 76"
+results+=("forced release -> first member dead (SIGTERM): ${term_el} ms; whole group dead (SIGKILL after --grace 1s): $el ms; bound ttl/3 + grace = $((ttl / 3 + grace)) ms (ttl 3s)")
+
+# same, without the SIGTERM-ignoring member: detection latency alone
+rm -f "$tmp/fr.pgid"
+"$dlock" run --ttl 3s --grace 1s forced2 -- sh -c 'echo $$ >fr.pgid; sleep 1000 & sleep 1000 & wait' 2>/dev/null &
+dp=$!
+bg_pids+=($dp)
+wait_file "$tmp/fr.pgid" 5000
+pg=$(cat "$tmp/fr.pgid")
+groups+=("$pg")
+wait_held forced2 5000
+sleep 0.3
+t0=$(now)
+sql "SELECT dlock_force_release('forced2')" >/dev/null
+bound=$((ttl / 3 + 1000))
+times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "forced release: group not dead within $bound ms"
+read -r el term_el <<<"$times"
+rc=0
+wait "$dp" || rc=$?
+[ "$rc" = 76 ] || fail "forced release (2): exit status $rc, expected 76"
+ok "forced release, group obeying SIGTERM: dead after $el ms (bound $bound)"
+results+=("forced release -> group obeying SIGTERM dead: $el ms; bound ttl/3 = $((ttl / 3)) ms")
+
+# ---------------------------------------------------------------- lease lost: server killed
+# The lease is kept only as long as it surely lasts: SIGTERM at the latest
+# ttl - margin - grace after the last renewal, SIGKILL at ttl - margin
+# (margin = min(1 s, ttl/10)).  Bound measured from the kill: ttl - margin,
+# plus 0.5 s of slack.
+rm -f "$tmp/sk.pgid"
+"$dlock" run --ttl 3s --grace 1s srvkill -- \
+	sh -c 'echo $$ >sk.pgid; (trap "" TERM; exec sleep 1000) & sleep 1000 & wait' 2>"$tmp/sk.err" &
+dp=$!
+bg_pids+=($dp)
+wait_file "$tmp/sk.pgid" 5000
+pg=$(cat "$tmp/sk.pgid")
+groups+=("$pg")
+wait_held srvkill 5000
+sleep 1.2
+t0=$(now)
+"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w stop >/dev/null
+started=
+margin=$((ttl / 10 < 1000 ? ttl / 10 : 1000))
+bound=$((ttl - margin + 500))
+times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "server killed: group not dead within $bound ms"
+read -r el term_el <<<"$times"
+rc=0
+wait "$dp" || rc=$?
+[ "$rc" = 76 ] || fail "server killed: exit status $rc, expected 76; stderr: $(cat "$tmp/sk.err")"
+ok "server killed: SIGTERM after ${term_el} ms, whole group dead after $el ms (bound $bound), exit 76"
+results+=("server killed (pg_ctl stop -m immediate) -> first member dead (SIGTERM): ${term_el} ms; whole group dead: $el ms; bound ttl - margin = $((ttl - margin)) ms after the last renewal (ttl 3s, grace 1s)")
+"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 30 start >/dev/null
+started=1
+
+# ---------------------------------------------------------------- transient loss
+# An immediate restart of the server while the command runs: renewals fail
+# for a moment, then succeed after a reconnect (the lease is rebuilt from
+# dlock_leases), and the command finishes normally.
+"$dlock" run --ttl 8s transient -- sh -c 'sleep 4; echo finished' >"$tmp/tr.out" 2>"$tmp/tr.err" &
+dp=$!
+bg_pids+=($dp)
+wait_held transient 5000
+sleep 1.5
+t0=$(now)
+"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -m immediate -w -t 30 restart >/dev/null
+restart_ms=$(($(now) - t0))
+rc=0
+wait "$dp" || rc=$?
+[ "$rc" = 0 ] || fail "transient loss: exit status $rc, expected 0; stderr: $(cat "$tmp/tr.err")"
+grep -q finished "$tmp/tr.out" || fail "transient loss: the command did not finish"
+grep -q "renewed after" "$tmp/tr.err" || fail "transient loss: no renewal after the restart: $(cat "$tmp/tr.err")"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'transient'")" = 0 ] || fail "transient: lease left"
+ok "server restarted ($restart_ms ms) under a running command: renewed after reconnecting, exit 0, released"
+
+# a crashed backend must not be the reason anything passed
+if grep -E 'PANIC|TRAP:|terminated by signal' "$tmp/server.log" >&2; then
+	fail "the server log shows a crash"
+fi
+
+echo "--- measurements"
+for r in "${results[@]}"; do
+	echo "$r"
+done
+echo "cli.sh: all passed in $(($(now) - t_begin)) ms"
