@@ -93,3 +93,19 @@ SELECT dlock_release('shared-job', 'svc-a');
 
 -- No waiters in a single session.
 SELECT count(*) FROM dlock_waiters;
+
+-- Application roles can see the views; failed renewals are not counted.
+SELECT dlock_stats_reset();
+SELECT dlock_try('counted', '1 minute', 'me') IS NOT NULL;
+SELECT dlock_renew('counted', '1 minute', 'someone-else') IS NULL AS refused;
+SELECT dlock_renew('nothing-here', '1 minute', 'me') IS NULL AS refused;
+SELECT dlock_renew('counted', '1 minute', 'me') IS NOT NULL AS renewed;
+SELECT renewals FROM dlock_stats;
+CREATE ROLE dlock_viewer;
+SET ROLE dlock_viewer;
+SELECT name, owner FROM dlock_locks WHERE name = 'counted';
+SELECT count(*) FROM dlock_waiters;
+SELECT renewals FROM dlock_stats;
+RESET ROLE;
+DROP ROLE dlock_viewer;
+SELECT dlock_release('counted', 'me');

@@ -108,5 +108,8 @@ CREATE VIEW dlock_waiters AS
 CREATE VIEW dlock_stats AS
 	SELECT * FROM dlock_stats();
 
+-- Anyone may see who holds and who waits, as with pg_locks.
+GRANT SELECT ON dlock_locks, dlock_waiters, dlock_stats TO PUBLIC;
+
 COMMENT ON VIEW dlock_locks IS 'live dlock leases of this database';
 COMMENT ON VIEW dlock_waiters IS 'sessions waiting in dlock_acquire, in queue order';

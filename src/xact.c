@@ -291,7 +291,7 @@ apply_commit(void)
 			/* a superseded renewal still holds its pin */
 			dlock_lease_set_expiry(&op->key, op->hash, op->token,
 								   op->superseded ? 0 : op->expires, true);
-			if (!op->superseded)
+			if (!op->superseded && op->token != 0)
 				dlock_count(DLOCK_STAT_RENEWALS);
 		}
 		else if (op->kind == DLOCK_OP_FENCE)
