@@ -34,3 +34,18 @@ demo:
 	bash test/demo.sh
 bench:
 	bash test/bench/run.sh
+
+# The dlock command (cli/): built by make, installed next to PostgreSQL's binaries.
+.PHONY: cli install-cli uninstall-cli clean-cli
+all: cli
+install: install-cli
+uninstall: uninstall-cli
+clean: clean-cli
+cli:
+	$(MAKE) -C cli PG_CONFIG=$(PG_CONFIG)
+install-cli: cli
+	$(MAKE) -C cli install PG_CONFIG=$(PG_CONFIG)
+uninstall-cli:
+	$(MAKE) -C cli uninstall PG_CONFIG=$(PG_CONFIG)
+clean-cli:
+	$(MAKE) -C cli clean
