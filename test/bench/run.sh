@@ -339,6 +339,7 @@ run_one() {
   if [ "$kind" = pgbench ]; then
     local tok0="" tok1 hotopts="" logargs=() processed tps failed lat warn
     PSQL -c "CHECKPOINT"
+    PSQL -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
     case "$name" in *dlock*) tok0=$(dlock_grants) ;; esac
     if [ "$section" = hot ]; then
       PSQL -c "SELECT pg_stat_statements_reset()" >/dev/null
@@ -351,9 +352,17 @@ run_one() {
     PGOPTIONS="$pgopts $hotopts" "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" -U postgres \
       -M prepared -c "$c" -j "$j" -T "$SECONDS_PER_RUN" "${logargs[@]}" \
       -f "$HERE/scripts/$arg" postgres >"$outf" 2>"$errf" || rc=$?
-    sleep 0.2   # let the postmaster reap the backends
+    # until the pgbench backends are gone: they flush their statistics on exit
+    for _ in $(seq 50); do
+      [ "$(PSQL -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")" = 0 ] && break
+      sleep 0.1
+    done
     snapshot
     record "$section" "$name" "$c" "$rep" foreign_cores "$(foreign_since "$s_t" "$s_b" "$s_o")"
+    local wal
+    read -r -a wal <<<"$(PSQL -F ' ' -c "SELECT wal_sync, wal_bytes FROM pg_stat_wal")"
+    record "$section" "$name" "$c" "$rep" wal_syncs "${wal[0]}"
+    record "$section" "$name" "$c" "$rep" wal_bytes "${wal[1]}"
     tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$outf")
     processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$outf")
     failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$outf")
@@ -707,6 +716,31 @@ REPORT="$TMP/out/RESULTS.md"
     echo
   done
   echo "A ratio above 1 means dlock completes more cycles per second than that workload."
+  echo
+  echo "### WAL flushes and WAL bytes per cycle"
+  echo
+  echo "From pg_stat_wal, reset before each run (after its CHECKPOINT) and read once the run's backends have exited;"
+  echo "per cycle = run total ÷ pgbench transactions, median over the repeats. Everything else on the server in that"
+  echo "window counts too (autovacuum, dlock's worker and sweepers). Fewer than 2 flushes per cycle means group commit."
+  echo
+  printf '| workload |'; for c in $CLIENTS; do printf ' %s client%s |' "$c" "$(plural "$c")"; done; echo
+  printf '|---|'; for _ in $CLIENTS; do printf -- '---:|'; done; echo
+  for n in "${UNAMES[@]}"; do
+    [ "$(field "$(spec_of "$n")" 2)" = pgbench ] || continue
+    printf '| %s |' "$n"
+    for c in $CLIENTS; do
+      for rep in $(seq "$REPEATS"); do
+        awk -F'\t' -v n="$n" -v c="$c" -v r="$rep" '$1 == "uncontended" && $2 == n && $3 == c && $4 == r { v[$5] = $6 }
+          END { if (v["processed"] > 0 && v["wal_syncs"] != "") {
+                  printf "uncontended\t%s\t%s\t%s\twal_syncs_per_cycle\t%.3f\n", n, c, r, v["wal_syncs"] / v["processed"];
+                  printf "uncontended\t%s\t%s\t%s\twal_bytes_per_cycle\t%.1f\n", n, c, r, v["wal_bytes"] / v["processed"] } }' "$RAW" >>"$RAW.derived"
+      done
+      cat "$RAW.derived" >>"$RAW"; : >"$RAW.derived"
+      printf ' %s flushes, %s B |' "$(awk -v x="$(median uncontended "$n" "$c" wal_syncs_per_cycle)" 'BEGIN { if (x == "NaN") print "n/a"; else printf "%.2f", x }')" \
+        "$(fmt "$(median uncontended "$n" "$c" wal_bytes_per_cycle)")"
+    done
+    echo
+  done
   echo
   if [ "${#HNAMES[@]}" -gt 0 ]; then
     echo "## Hot key: $HOT_CLIENTS clients on one name (median of $REPEATS)"
