@@ -270,6 +270,27 @@ awk -v w="$waited" 'BEGIN { exit !(w >= 0.5 && w <= 5) }' ||
 note "granted to host-b after waiting $waited s, right when host-a's lease ran out,"
 note "with a new token $token_d > $token_c."
 
+# ------------------------------------------------------------ 6
+heading "6. Fencing: the database rejects a write carrying host-a's stale token"
+run B "CREATE TABLE IF NOT EXISTS cache (id int PRIMARY KEY, payload text, fence bigint NOT NULL);"
+run B "INSERT INTO cache VALUES (1, 'initial', 0) ON CONFLICT (id) DO UPDATE SET payload = 'initial', fence = 0;"
+run B "CREATE OR REPLACE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON cache FOR EACH ROW EXECUTE FUNCTION dlock_fenced('cache-rebuild', 'fence');"
+run B "UPDATE cache SET payload = 'rebuilt by host-b', fence = $token_d WHERE id = 1;"
+note "host-b wrote with its live token $token_d. Now host-a's late write, after a long pause:"
+late_sql="UPDATE cache SET payload = 'late write from host-a', fence = $token_c WHERE id = 1;"
+printf "${cyan}%s>${plain} %s\n" B "$late_sql"
+send B "$late_sql"
+out=$(result B "$last_id")
+printf '      -> %s\n' "$out"
+grep -q 'stale fencing token' <<<"$out" || failed "the stale write was not rejected: '$out'"
+run B "SELECT payload, fence FROM cache;" aligned
+grep -q 'rebuilt by host-b' <<<"$out" || failed "the table does not hold host-b's write"
+note "rejected (SQLSTATE DL001) in the same transaction as the write: host-b's data stands."
+
+# ------------------------------------------------------------ 7
+heading "7. What dlock counted"
+run B "SELECT grants, immediate_grants, waits, releases, expired_by_worker + expired_by_caller AS expired FROM dlock_stats;" aligned
+
 session_stop B
 rm -f "$demo"/*.in "$demo"/*.out
 
