@@ -145,6 +145,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	int64		now;
 	uint64		token;
 	bool		was_new = true;
+	bool		durable;
 	int64		prior_expires = 0;
 
 	dlock_xact_register();
@@ -200,15 +201,18 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 			return 0;
 		/* logged first, so an error while writing the row undoes the grant */
 		dlock_xact_acquired(req, token, true, 0);
-		persist_lease(req, token, 0);
+		if (req->durable)
+			persist_lease(req, token, 0);
 		return token;
 	}
 
 	token = entry->token;
+	durable = entry->durable;
 	LWLockRelease(lock);
 	dlock_wake(wake);
 	dlock_xact_acquired(req, token, was_new, prior_expires);
-	persist_lease(req, token, 0);
+	if (durable)
+		persist_lease(req, token, 0);
 	return token;
 }
 
