@@ -175,7 +175,8 @@ shared_preload_libraries = 'dlock, pg_stat_statements'
 dlock.max_locks = 200000
 max_connections = 100
 shared_buffers = 256MB
-pg_stat_statements.track = none"
+pg_stat_statements.track = none
+track_wal_io_timing = on"
 echo "$PG_SETTINGS" >>"$TMP/pgdata/postgresql.conf"
 "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$TMP/pgdata" -l "$TMP/pg.log" -w start >/dev/null || {
   cat "$TMP/pg.log" >&2; die "postgres did not start"; }
@@ -360,9 +361,10 @@ run_one() {
     snapshot
     record "$section" "$name" "$c" "$rep" foreign_cores "$(foreign_since "$s_t" "$s_b" "$s_o")"
     local wal
-    read -r -a wal <<<"$(PSQL -F ' ' -c "SELECT wal_sync, wal_bytes FROM pg_stat_wal")"
+    read -r -a wal <<<"$(PSQL -F ' ' -c "SELECT wal_sync, wal_bytes, round(wal_sync_time::numeric, 3) FROM pg_stat_wal")"
     record "$section" "$name" "$c" "$rep" wal_syncs "${wal[0]}"
     record "$section" "$name" "$c" "$rep" wal_bytes "${wal[1]}"
+    [ "${wal[0]}" = 0 ] || record "$section" "$name" "$c" "$rep" wal_sync_ms_each "$(awk -v t="${wal[2]}" -v n="${wal[0]}" 'BEGIN { printf "%.3f", t / n }')"
     tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$outf")
     processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$outf")
     failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$outf")
@@ -622,7 +624,7 @@ REPORT="$TMP/out/RESULTS.md"
   echo
   echo "dlock.durable is chosen per workload with PGOPTIONS (see the workload table); the other dlock settings are defaults."
   echo "fsync and synchronous_commit are left on: the logged lease table pays for a WAL flush per commit, as it would in"
-  echo "production. pg_stat_statements is loaded only to count grants in the hot-key runs; its tracking is off"
+  echo "production. track_wal_io_timing is on to report the WAL flush time of every run. pg_stat_statements is loaded only to count grants in the hot-key runs; its tracking is off"
   echo "(\`track = none\`) in every other run and switched on with PGOPTIONS for the hot-key runs only."
   echo "Redis: \`redis-server --port <port> --bind 127.0.0.1 --save '' --appendonly no\` (no persistence at all)."
   echo
@@ -722,6 +724,8 @@ REPORT="$TMP/out/RESULTS.md"
   echo "From pg_stat_wal, reset before each run (after its CHECKPOINT) and read once the run's backends have exited;"
   echo "per cycle = run total ÷ pgbench transactions, median over the repeats. Everything else on the server in that"
   echo "window counts too (autovacuum, dlock's worker and sweepers). Fewer than 2 flushes per cycle means group commit."
+  echo "\"ms each\" is the mean time of one WAL flush (wal_sync_time ÷ wal_sync, track_wal_io_timing = on): the disk's"
+  echo "fsync latency as this run saw it, which other processes' disk traffic can raise far more than they raise CPU load."
   echo
   printf '| workload |'; for c in $CLIENTS; do printf ' %s client%s |' "$c" "$(plural "$c")"; done; echo
   printf '|---|'; for _ in $CLIENTS; do printf -- '---:|'; done; echo
@@ -736,8 +740,9 @@ REPORT="$TMP/out/RESULTS.md"
                   printf "uncontended\t%s\t%s\t%s\twal_bytes_per_cycle\t%.1f\n", n, c, r, v["wal_bytes"] / v["processed"] } }' "$RAW" >>"$RAW.derived"
       done
       cat "$RAW.derived" >>"$RAW"; : >"$RAW.derived"
-      printf ' %s flushes, %s B |' "$(awk -v x="$(median uncontended "$n" "$c" wal_syncs_per_cycle)" 'BEGIN { if (x == "NaN") print "n/a"; else printf "%.2f", x }')" \
-        "$(fmt "$(median uncontended "$n" "$c" wal_bytes_per_cycle)")"
+      printf ' %s flushes, %s B%s |' "$(awk -v x="$(median uncontended "$n" "$c" wal_syncs_per_cycle)" 'BEGIN { if (x == "NaN") print "n/a"; else printf "%.2f", x }')" \
+        "$(fmt "$(median uncontended "$n" "$c" wal_bytes_per_cycle)")" \
+        "$(awk -v x="$(median uncontended "$n" "$c" wal_sync_ms_each)" 'BEGIN { if (x != "NaN") printf ", %.2f ms each", x }')"
     done
     echo
   done
@@ -824,6 +829,11 @@ REPORT="$TMP/out/RESULTS.md"
     END { if (n == 0) exit; for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
           printf "Over the %d runs, other processes used a median of %.2f cores and at most %.2f cores (of %d).", n, v[int((n + 1) / 2)], v[n], "'"$(nproc)"'";
           if (busy) printf " Runs above %s cores (marked † in the tables):\n%s", q, list; else printf " No run exceeded %s cores.", q; print "" }' "$RAW"
+  echo
+  awk -F'\t' '($1 == "uncontended" || $1 == "hot") && $5 == "wal_sync_ms_each" { n++; v[n] = $6 + 0; w[n] = sprintf("%s c=%s repeat %s", $2, $3, $4) }
+    END { if (n == 0) exit; for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t; t = w[i]; w[i] = w[j]; w[j] = t }
+          printf "Disk: the mean WAL flush took %.2f ms in the fastest run, %.2f ms in the median run and %.2f ms in the slowest (%s),\n", v[1], v[int((n + 1) / 2)], v[n], w[n];
+          print "over the runs that flushed WAL. Slow flushes with little CPU load point at other processes'"'"' disk traffic." }' "$RAW"
   echo
   echo "## Notes from this run"
   echo
