@@ -23,6 +23,11 @@ SELECT sqlstate_of($$SELECT dlock_try('e9', '1 day -23 hours')$$);
 SELECT sqlstate_of($$SELECT dlock_renew('e1', '-1 day')$$);
 SELECT sqlstate_of($$SELECT dlock_acquire('e10', '0')$$);
 
+-- intervals too large for microseconds keep their sign
+SELECT sqlstate_of($$SELECT dlock_try('e20', '-178956970 years -8 months')$$);
+SELECT sqlstate_of($$SELECT dlock_try('e21', '178956970 years 7 months')$$);
+SELECT sqlstate_of($$SELECT dlock_acquire('e22', '1s', '-178956970 years -8 months')$$);
+
 -- timeout: NULL waits without limit, negative is refused
 SELECT sqlstate_of($$SELECT dlock_acquire('e11', '1s', '-1 millisecond')$$);
 SELECT sqlstate_of($$SELECT dlock_acquire('e12', '1s', '0')$$);
@@ -37,6 +42,18 @@ SELECT sqlstate_of($$SELECT dlock_release('e17', NULL)$$);
 SET dlock.owner = 'a-very-long-owner-setting-that-goes-on-and-on-and-on-and-on-and-on-and-on-and-on-and-on-and-on-and-on-and-on-and-on-and-on-and-on';
 SELECT sqlstate_of($$SELECT dlock_owner()$$);
 RESET dlock.owner;
+
+-- tokens are positive: fencing with anything else names the token as given
+DO $$
+DECLARE
+	detail text;
+BEGIN
+	PERFORM dlock_fence('e1', -1);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+	RAISE NOTICE '%: % (%)', SQLSTATE, SQLERRM, detail;
+END $$;
+SELECT sqlstate_of($$SELECT dlock_fence('e1', 0)$$);
 
 -- tokens in release: anything that is not a live lease's token is false
 SELECT dlock_release('e1', token => 9223372036854775807) AS max_bigint;

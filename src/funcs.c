@@ -75,9 +75,13 @@ dlock_owner(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text_with_len(owner.str, owner.len));
 }
 
-/* Interval to microseconds, counting a month as 30 days; false on overflow. */
-static bool
-interval_usecs(Interval *span, int64 *usecs)
+/*
+ * Interval to microseconds, counting a month as 30 days.  Out of range, it
+ * saturates at the bound on the interval's side, so a huge negative interval
+ * stays negative.
+ */
+static int64
+interval_usecs(Interval *span)
 {
 	int64		days;
 	int64		result;
@@ -86,9 +90,13 @@ interval_usecs(Interval *span, int64 *usecs)
 		pg_add_s64_overflow(days, span->day, &days) ||
 		pg_mul_s64_overflow(days, USECS_PER_DAY, &result) ||
 		pg_add_s64_overflow(result, span->time, &result))
-		return false;
-	*usecs = result;
-	return true;
+	{
+		double		approx = ((double) span->month * DAYS_PER_MONTH + span->day) *
+			USECS_PER_DAY + span->time;
+
+		return approx < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	}
+	return result;
 }
 
 static int64
@@ -99,7 +107,8 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
 	if (PG_ARGISNULL(argno))
 		return (int64) dlock_default_ttl_ms * 1000;
 
-	if (!interval_usecs(PG_GETARG_INTERVAL_P(argno), &ttl) || ttl > DLOCK_TTL_MAX)
+	ttl = interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (ttl > DLOCK_TTL_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be at most 7 days"),
@@ -119,7 +128,8 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 
 	if (PG_ARGISNULL(argno))
 		return -1;
-	if (!interval_usecs(PG_GETARG_INTERVAL_P(argno), &timeout))
+	timeout = interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (timeout == PG_INT64_MAX)
 		return -1;				/* longer than anyone can wait */
 	if (timeout < 0)
 		ereport(ERROR,
@@ -490,17 +500,21 @@ dlock_force_release(PG_FUNCTION_ARGS)
  * that lease's token, and pins the lease until the transaction ends.
  */
 static void
-fence(const char *name, int len, uint64 token)
+fence(const char *name, int len, int64 token)
 {
 	DLockRequest req;
 	uint64		current;
+	DLockFenceResult result = DLOCK_FENCE_UNKNOWN;
 
 	memset(&req, 0, sizeof(req));
 	dlock_make_key(&req.key, name, len);
 	req.hash = dlock_key_hash(&req.key);
 	req.roleid = GetUserId();
 
-	switch (dlock_lease_fence(&req, token, &current))
+	/* tokens are positive: anything else was never a lease's */
+	if (token > 0)
+		result = dlock_lease_fence(&req, (uint64) token, &current);
+	switch (result)
 	{
 		case DLOCK_FENCE_OK:
 			return;
@@ -508,27 +522,27 @@ fence(const char *name, int len, uint64 token)
 			ereport(ERROR,
 					(errcode(ERRCODE_DLOCK_FENCE),
 					 errmsg("stale fencing token for lock \"%.*s\"", len, name),
-					 errdetail("Token " UINT64_FORMAT " was superseded by a newer lease, token " UINT64_FORMAT ".",
-							   token, current)));
+					 errdetail("Token " INT64_FORMAT " was superseded by a newer lease, token " INT64_FORMAT ".",
+							   token, (int64) current)));
 			break;
 		case DLOCK_FENCE_EXPIRED:
 			ereport(ERROR,
 					(errcode(ERRCODE_DLOCK_FENCE),
 					 errmsg("fencing token for lock \"%.*s\" belongs to an expired lease", len, name),
-					 errdetail("Token " UINT64_FORMAT ".", token),
+					 errdetail("Token " INT64_FORMAT ".", token),
 					 errhint("Renew leases before their TTL runs out.")));
 			break;
 		case DLOCK_FENCE_UNKNOWN:
 			ereport(ERROR,
 					(errcode(ERRCODE_DLOCK_FENCE),
 					 errmsg("fencing token is not the token of a live lease on lock \"%.*s\"", len, name),
-					 errdetail("Token " UINT64_FORMAT ": its lease ended, or never existed.", token)));
+					 errdetail("Token " INT64_FORMAT ": its lease ended, or never existed.", token)));
 			break;
 		case DLOCK_FENCE_ROLE:
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 					 errmsg("fencing token for lock \"%.*s\" belongs to a lease of another role", len, name),
-					 errdetail("Token " UINT64_FORMAT ".", token)));
+					 errdetail("Token " INT64_FORMAT ".", token)));
 			break;
 	}
 }
@@ -557,7 +571,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("fencing token must not be null")));
-	fence(name, len, (uint64) PG_GETARG_INT64(1));
+	fence(name, len, PG_GETARG_INT64(1));
 	PG_RETURN_VOID();
 }
 
@@ -660,7 +674,7 @@ dlock_fenced(PG_FUNCTION_ARGS)
 					 errmsg("deleting from \"%s\" needs a fencing token for lock \"%s\"",
 							RelationGetRelationName(trigdata->tg_relation), name),
 					 errhint("Call dlock_fence(lock, token) earlier in the transaction.")));
-		fence(name, strlen(name), (uint64) token);
+		fence(name, strlen(name), token);
 		return PointerGetDatum(trigdata->tg_trigtuple);
 	}
 
@@ -685,7 +699,7 @@ dlock_fenced(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lock name must be 1 to %d bytes", DLOCK_NAME_MAX)));
-	fence(name, strlen(name), (uint64) token);
+	fence(name, strlen(name), token);
 	return PointerGetDatum(row);
 }
 
