@@ -96,8 +96,13 @@ find_or_create_or_fail(const DLockRequest *req, LWLock *lock)
 /*
  * Writes a lease that shared memory now holds with token to the table, if it
  * is durable: a new grant, an extension, or (with new_expires) a renewal.
+ * Returns the row's new version (0: nothing written).  A grant or extension
+ * then puts what it wrote back into shared memory, so the last writer of the
+ * row is also the last word there (a renewal of the same lease from another
+ * session may have committed meanwhile); a renewal's version is applied by
+ * its commit.
  */
-static void
+static int64
 persist_lease(const DLockRequest *req, uint64 token, int64 new_expires)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
@@ -114,7 +119,7 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires)
 	if (entry == NULL || entry->token != token || !entry->durable)
 	{
 		LWLockRelease(lock);
-		return;
+		return 0;
 	}
 	memcpy(&owner, &entry->owner, offsetof(DLockOwner, str) + entry->owner.len);
 	roleid = entry->roleid;
@@ -127,13 +132,18 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires)
 								  dlock_mono_to_wall(expires, dlock_mono_now(),
 													 GetCurrentTimestamp()),
 								  expected);
-	if (version == 0)
-		return;
+	if (version == 0 || new_expires != 0)
+		return version;
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	entry = dlock_find(&req->key, req->hash);
 	if (entry != NULL && entry->token == token)
+	{
 		entry->version = version;
+		if (entry->expires != expires)
+			dlock_set_expires(entry, req->hash, expires);
+	}
 	LWLockRelease(lock);
+	return version;
 }
 
 uint64
@@ -202,7 +212,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 		/* logged first, so an error while writing the row undoes the grant */
 		dlock_xact_acquired(req, token, true, 0);
 		if (req->durable)
-			persist_lease(req, token, 0);
+			(void) persist_lease(req, token, 0);
 		return token;
 	}
 
@@ -212,7 +222,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	dlock_wake(wake);
 	dlock_xact_acquired(req, token, was_new, prior_expires);
 	if (durable)
-		persist_lease(req, token, 0);
+		(void) persist_lease(req, token, 0);
 	return token;
 }
 
@@ -281,9 +291,10 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	op = dlock_xact_renew(req);
 	if (!held_lease(req, &token, &version, &durable, &now, true))
 		return false;
-	dlock_xact_renew_set(op, token, now + req->ttl);
+	dlock_xact_renew_set(op, token, now + req->ttl, 0);
 	if (durable)
-		persist_lease(req, token, now + req->ttl);
+		dlock_xact_renew_set(op, token, now + req->ttl,
+							 persist_lease(req, token, now + req->ttl));
 	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
 	return true;
 }
@@ -385,7 +396,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		else
 		{
 			dlock_pin(entry, req->hash, 1);
-			dlock_xact_renew_set(op, token, 0);
+			dlock_xact_renew_set(op, token, 0, 0);
 			result = DLOCK_FENCE_OK;
 		}
 		LWLockRelease(lock);
@@ -421,7 +432,7 @@ dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_delete
  */
 void
 dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
-					   int64 expires, bool unpin)
+					   int64 expires, bool unpin, int64 version)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
 	DLockEntry *entry;
@@ -437,6 +448,8 @@ dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 			dlock_pin(entry, hash, -1);
 		if (expires != 0)
 			dlock_set_expires(entry, hash, expires);
+		if (version != 0)
+			entry->version = version;
 		if (dlock_is_free(entry, now) && !dlist_is_empty(&entry->waiters))
 		{
 			dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);

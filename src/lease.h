@@ -44,7 +44,8 @@ extern bool dlock_lease_force_release(const DLockRequest *req, DLockOwner *owner
 extern void dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token,
 							 bool row_deleted);
 extern void dlock_lease_set_expiry(const DLockKey *key, uint32 hash,
-								   uint64 token, int64 expires, bool unpin);
+								   uint64 token, int64 expires, bool unpin,
+								   int64 version);
 
 extern int64 dlock_lease_expire_due(int batch, DLockStat stat, int *mine);
 

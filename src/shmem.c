@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/hashfn.h"
+#include "common/int.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -163,10 +164,16 @@ dlock_mono_now(void)
 	return (int64) ts.tv_sec * USECS_PER_SEC + ts.tv_nsec / 1000;
 }
 
+/* Saturates at 'infinity' for times past the timestamp range. */
 TimestampTz
 dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wall_now)
 {
-	return wall_now + (mono - mono_now);
+	TimestampTz result;
+
+	if (pg_add_s64_overflow(wall_now, mono - mono_now, &result) ||
+		!IS_VALID_TIMESTAMP(result))
+		TIMESTAMP_NOEND(result);
+	return result;
 }
 
 void

@@ -36,6 +36,7 @@ typedef struct DLockOp
 	bool		was_new;		/* ACQUIRE: a new grant, not an extension */
 	bool		durable;		/* RELEASE: the lease's row was deleted */
 	int64		expires;		/* RENEW: new expiry; ACQUIRE: expiry before */
+	int64		version;		/* RENEW: the row version it wrote, or 0 */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -84,6 +85,18 @@ index_add(DLockOp *op)
 	if (!found)
 		entry->ops = NIL;
 	entry->ops = lappend(entry->ops, op);
+}
+
+static void
+index_remove(DLockOp *op)
+{
+	OpIndexKey	k;
+	OpIndexEntry *entry;
+
+	index_key(&k, &op->key, &op->owner);
+	entry = hash_search(op_index, &k, HASH_FIND, NULL);
+	if (entry != NULL)
+		entry->ops = list_delete_ptr(entry->ops, op);
 }
 
 static void
@@ -230,10 +243,11 @@ dlock_xact_fenced_token(const DLockKey *key)
 }
 
 void
-dlock_xact_renew_set(DLockOp *op, uint64 token, int64 expires)
+dlock_xact_renew_set(DLockOp *op, uint64 token, int64 expires, int64 version)
 {
 	op->token = token;
 	op->expires = expires;
+	op->version = version;
 }
 
 static void
@@ -244,37 +258,35 @@ undo_acquire(DLockOp *op)
 	if (op->was_new)
 		dlock_lease_free(&op->key, op->hash, op->token, false);
 	else
-		dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires, false);
+		dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires, false, 0);
 	foreach(lc, op->supersedes)
 		((DLockOp *) lfirst(lc))->superseded = false;
 }
 
-/* Drops, newest first, every op made at nesting level >= level. */
+/*
+ * Drops, newest first, every op made at nesting level >= level.  Levels
+ * never decrease along the list (an ended subtransaction's ops move to its
+ * parent's level), so those ops are its tail.
+ */
 static void
 undo_from(int level)
 {
-	List	   *kept = NIL;
-	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	int			i = list_length(ops) - 1;
 
-	for (int i = list_length(ops) - 1; i >= 0; i--)
+	for (; i >= 0; i--)
 	{
 		DLockOp    *op = list_nth(ops, i);
 
 		if (op->level < level)
-			kept = lcons(op, kept);
-		else if (op->kind == DLOCK_OP_ACQUIRE)
+			break;
+		if (op->kind == DLOCK_OP_ACQUIRE)
 			undo_acquire(op);
 		else if (op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true);
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, 0);
+		if (op_index != NULL)
+			index_remove(op);
 	}
-	ops = kept;
-	/* rebuilt on demand from what is kept */
-	if (op_index != NULL)
-		hash_destroy(op_index);
-	op_index = NULL;
-	if (list_length(ops) > OP_INDEX_MIN)
-		build_index();
-	MemoryContextSwitchTo(oldcxt);
+	ops = list_truncate(ops, i + 1);
 }
 
 static void
@@ -290,12 +302,13 @@ apply_commit(void)
 		{
 			/* a superseded renewal still holds its pin */
 			dlock_lease_set_expiry(&op->key, op->hash, op->token,
-								   op->superseded ? 0 : op->expires, true);
+								   op->superseded ? 0 : op->expires, true,
+								   op->superseded ? 0 : op->version);
 			if (!op->superseded && op->token != 0)
 				dlock_count(DLOCK_STAT_RENEWALS);
 		}
 		else if (op->kind == DLOCK_OP_FENCE)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true);
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, 0);
 		else if (op->kind == DLOCK_OP_RELEASE && !op->superseded)
 		{
 			dlock_lease_free(&op->key, op->hash, op->token, op->durable);
@@ -337,7 +350,6 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				 SubTransactionId parentSubid, void *arg)
 {
 	int			level = GetCurrentTransactionNestLevel();
-	ListCell   *lc;
 
 	if (ops == NIL)
 		return;
@@ -345,12 +357,14 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		undo_from(level);
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
-		foreach(lc, ops)
+		/* the subtransaction's ops are the tail: hand them to the parent */
+		for (int i = list_length(ops) - 1; i >= 0; i--)
 		{
-			DLockOp    *op = lfirst(lc);
+			DLockOp    *op = list_nth(ops, i);
 
-			if (op->level >= level)
-				op->level = level - 1;
+			if (op->level < level)
+				break;
+			op->level = level - 1;
 		}
 	}
 }

@@ -22,7 +22,8 @@ extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durab
  */
 struct DLockOp;
 extern struct DLockOp *dlock_xact_renew(const DLockRequest *req);
-extern void dlock_xact_renew_set(struct DLockOp *op, uint64 token, int64 expires);
+extern void dlock_xact_renew_set(struct DLockOp *op, uint64 token, int64 expires,
+								 int64 version);
 extern struct DLockOp *dlock_xact_fence(const DLockRequest *req);
 extern uint64 dlock_xact_fenced_token(const DLockKey *key);
 
