@@ -649,13 +649,21 @@ for my $case ([ 'race-a', '2 s', '1 hour' ], [ 'race-b', '1 hour', '3 s' ])
 	value_as('postgres', $super, qq{SELECT dlock_force_release('$name'); DELETE FROM dlock_leases WHERE name = '$name'});
 }
 
-# A rolled-back renewal leaves the row as it was; dlock_locks must show the
-# row's version, as the README says.
-value_as('postgres', 'app1', q{SELECT dlock_try('ver', '1 hour', 'h')});
-value_as('postgres', 'app1', q{BEGIN; SELECT dlock_renew('ver', '1 hour', 'h'); ROLLBACK;});
-is(value_as('postgres', $super, q{SELECT l.version || ' ' || r.version FROM dlock_locks l JOIN dlock_leases r USING (name) WHERE name = 'ver'}),
-	'1 1', 'after a rolled-back renewal, dlock_locks.version is the row\'s version');
-value_as('postgres', 'app1', q{SELECT dlock_release('ver', 'h')});
+# A rolled-back renewal or re-acquisition leaves the row as it was;
+# dlock_locks must show the row's version, as the README says.
+for my $case (
+	[ 'ver-renew',     q{BEGIN; SELECT dlock_renew('ver-renew', '1 hour', 'h'); ROLLBACK;}, 'renewal' ],
+	[ 'ver-renew-sp',  q{BEGIN; SAVEPOINT s; SELECT dlock_renew('ver-renew-sp', '1 hour', 'h'); ROLLBACK TO s; COMMIT;}, 'renewal (to a savepoint)' ],
+	[ 'ver-try',       q{BEGIN; SELECT dlock_try('ver-try', '2 hours', 'h'); ROLLBACK;}, 're-acquisition' ],
+	[ 'ver-acquire-sp', q{BEGIN; SAVEPOINT s; SELECT dlock_acquire('ver-acquire-sp', '2 hours', '0', 'h'); ROLLBACK TO s; COMMIT;}, 're-acquisition (to a savepoint)' ])
+{
+	my ($name, $sql, $what) = @$case;
+	value_as('postgres', 'app1', qq{SELECT dlock_try('$name', '1 hour', 'h')});
+	value_as('postgres', 'app1', $sql);
+	is(value_as('postgres', $super, qq{SELECT l.version || ' ' || r.version FROM dlock_locks l JOIN dlock_leases r USING (name) WHERE name = '$name'}),
+		'1 1', "after a rolled-back $what, dlock_locks.version is the row's version");
+	value_as('postgres', 'app1', qq{SELECT dlock_release('$name', 'h')});
+}
 
 ###
 ### 8. cost
