@@ -8,7 +8,7 @@ OBJS = src/dlock.o src/shmem.o src/wait.o src/xact.o src/lease.o src/persist.o s
 DATA = sql/dlock--$(EXTVERSION).sql
 
 # pg_regress tests in sql/, run in this order (setup creates the extension)
-REGRESS = setup api errors xact durable fence capacity
+REGRESS = setup api errors xact durable fence hostile capacity
 REGRESS_OPTS = --temp-config=$(srcdir)/test/dlock.conf \
 	--temp-instance=./tmp_regress
 # isolation specs in test/specs, in this order (helpers creates shared functions)
@@ -27,13 +27,16 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # The two commands of the README; both run as root or as a user who can install.
-.PHONY: test demo bench
+.PHONY: test demo bench valgrind
 test:
 	bash test/run-tests.sh
 demo:
 	bash test/demo.sh
 bench:
 	bash test/bench/run.sh
+# the regress and isolation suites under valgrind (not part of make test)
+valgrind:
+	bash test/valgrind/run.sh
 
 # The dlock command (cli/): built by make, installed next to PostgreSQL's binaries.
 .PHONY: cli install-cli uninstall-cli clean-cli
