@@ -146,6 +146,22 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires)
 	return version;
 }
 
+/* The row version shared memory has for the lease with token, or -1. */
+static int64
+row_version(const DLockRequest *req, uint64 token)
+{
+	LWLock	   *lock = dlock_partition_lock(req->hash);
+	DLockEntry *entry;
+	int64		version = -1;
+
+	LWLockAcquire(lock, LW_SHARED);
+	entry = dlock_find(&req->key, req->hash);
+	if (entry != NULL && entry->token == token)
+		version = entry->version;
+	LWLockRelease(lock);
+	return version;
+}
+
 uint64
 dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 {
@@ -157,6 +173,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	bool		was_new = true;
 	bool		durable;
 	int64		prior_expires = 0;
+	int64		prior_version;
 
 	dlock_xact_register();
 	if (timeout != 0)
@@ -165,6 +182,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	entry = find_or_create_or_fail(req, lock);
 	now = dlock_mono_now();
+	prior_version = entry->version;
 
 	/* An expired lease is free: its next waiter, if any, gets it first. */
 	if (entry->token != 0 && dlock_is_free(entry, now))
@@ -210,7 +228,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 		if (token == 0)
 			return 0;
 		/* logged first, so an error while writing the row undoes the grant */
-		dlock_xact_acquired(req, token, true, 0);
+		dlock_xact_acquired(req, token, true, 0, row_version(req, token));
 		if (req->durable)
 			(void) persist_lease(req, token, 0);
 		return token;
@@ -220,7 +238,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	durable = entry->durable;
 	LWLockRelease(lock);
 	dlock_wake(wake);
-	dlock_xact_acquired(req, token, was_new, prior_expires);
+	dlock_xact_acquired(req, token, was_new, prior_expires, prior_version);
 	if (durable)
 		(void) persist_lease(req, token, 0);
 	return token;
@@ -428,7 +446,8 @@ dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_delete
 /*
  * Moves the expiry of the lease if it still carries token (an undone
  * re-acquisition, or a renewal at commit), and drops the pin a renewal took
- * (unpin, also on abort).  A lease left expired goes to its next waiter.
+ * (unpin, also on abort), and sets the row version shown (version -1: keep).
+ * A lease left expired goes to its next waiter.
  */
 void
 dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
@@ -448,7 +467,7 @@ dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 			dlock_pin(entry, hash, -1);
 		if (expires != 0)
 			dlock_set_expires(entry, hash, expires);
-		if (version != 0)
+		if (version >= 0)
 			entry->version = version;
 		if (dlock_is_free(entry, now) && !dlist_is_empty(&entry->waiters))
 		{

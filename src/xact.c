@@ -36,7 +36,8 @@ typedef struct DLockOp
 	bool		was_new;		/* ACQUIRE: a new grant, not an extension */
 	bool		durable;		/* RELEASE: the lease's row was deleted */
 	int64		expires;		/* RENEW: new expiry; ACQUIRE: expiry before */
-	int64		version;		/* RENEW: the row version it wrote, or 0 */
+	int64		version;		/* RENEW: the row version it wrote, or 0;
+								 * ACQUIRE: the row's version before */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -162,7 +163,7 @@ log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
 
 void
 dlock_xact_acquired(const DLockRequest *req, uint64 token, bool was_new,
-					int64 prior_expires)
+					int64 prior_expires, int64 prior_version)
 {
 	DLockOp    *op = log_op(DLOCK_OP_ACQUIRE, req, token);
 	ListCell   *lc;
@@ -170,6 +171,7 @@ dlock_xact_acquired(const DLockRequest *req, uint64 token, bool was_new,
 
 	op->was_new = was_new;
 	op->expires = prior_expires;
+	op->version = prior_version;
 
 	/* Taking the lease again cancels a release or renewal still pending. */
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
@@ -255,10 +257,11 @@ undo_acquire(DLockOp *op)
 {
 	ListCell   *lc;
 
+	/* the row went back to what it was: so does the version shown */
+	dlock_lease_set_expiry(&op->key, op->hash, op->token,
+						   op->was_new ? 0 : op->expires, false, op->version);
 	if (op->was_new)
 		dlock_lease_free(&op->key, op->hash, op->token, false);
-	else
-		dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires, false, 0);
 	foreach(lc, op->supersedes)
 		((DLockOp *) lfirst(lc))->superseded = false;
 }
@@ -282,7 +285,7 @@ undo_from(int level)
 		if (op->kind == DLOCK_OP_ACQUIRE)
 			undo_acquire(op);
 		else if (op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, 0);
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, -1);
 		if (op_index != NULL)
 			index_remove(op);
 	}
@@ -303,12 +306,12 @@ apply_commit(void)
 			/* a superseded renewal still holds its pin */
 			dlock_lease_set_expiry(&op->key, op->hash, op->token,
 								   op->superseded ? 0 : op->expires, true,
-								   op->superseded ? 0 : op->version);
+								   op->superseded || op->version == 0 ? -1 : op->version);
 			if (!op->superseded && op->token != 0)
 				dlock_count(DLOCK_STAT_RENEWALS);
 		}
 		else if (op->kind == DLOCK_OP_FENCE)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, 0);
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, -1);
 		else if (op->kind == DLOCK_OP_RELEASE && !op->superseded)
 		{
 			dlock_lease_free(&op->key, op->hash, op->token, op->durable);

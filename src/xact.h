@@ -13,7 +13,8 @@
 
 extern void dlock_xact_register(void);
 extern void dlock_xact_acquired(const DLockRequest *req, uint64 token,
-								bool was_new, int64 prior_expires);
+								bool was_new, int64 prior_expires,
+								int64 prior_version);
 extern bool dlock_xact_release_pending(const DLockRequest *req);
 extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable);
 /*
