@@ -101,7 +101,9 @@ def main():
               " its lease past the TTL by renewing", flush=True)
         oa, ob = f"{a.lang}-A-{uuid.uuid4()}", f"{a.lang}-B-{uuid.uuid4()}"
         steps = 6
-        work = ["--ttl", 2, "--steps", steps, "--step-time", 0.5, "--timeout", 30]
+        # 6 s of work: B must start (a JVM, on a loaded machine) and queue
+        # while A still holds
+        work = ["--ttl", 2, "--steps", steps, "--step-time", 1.0, "--timeout", 30]
         A = run(target, "A", name, oa, *work)
         m = A.wait_line(r"acquired \S+ token=(\d+)", 20)
         check(m is not None, "A acquired the lease")
@@ -126,7 +128,7 @@ def main():
         check(ra == 0, f"A exited 0 (got {ra})")
         check(rb == 0, f"B exited 0 (got {rb})")
         check(A.count(r"^renewed until ") >= 2,
-              "A renewed its lease at least twice (work 3 s, TTL 2 s)")
+              "A renewed its lease at least twice (work 6 s, TTL 2 s)")
         check(A.count(r"^released=true$") == 1, "A's release returned true")
         check(B.count(r"^released=true$") == 1, "B's release returned true")
         mb = B.wait_line(r"acquired \S+ token=(\d+)", 0)
