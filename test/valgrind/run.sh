@@ -23,7 +23,10 @@
 # with code 128, which the postmaster treats as a crash: the run reports
 # those exits, and the suites then fail visibly.
 #
-# Run it as a non-root user that can run initdb, after `make install`:
+# Run it after `make install` as a user that can run initdb; run as root
+# (`make valgrind`), it runs itself as postgres.  Its scratch directory is
+# test/tmp/valgrind.* of the checkout, or one in $TMPDIR (/tmp) when that
+# is not writable.
 #
 #   runuser -u postgres -- test/valgrind/run.sh
 #   runuser -u postgres -- test/valgrind/run.sh errors fence   # only these tests
@@ -57,6 +60,10 @@ port=54349
 t_start=$(date +%s)
 
 if [ "$(id -u)" = 0 ]; then
+	# initdb refuses root: run as postgres (it needs to read the checkout)
+	if id postgres >/dev/null 2>&1 && runuser -u postgres -- test -r "$here/Makefile"; then
+		exec runuser -u postgres -- env DLOCK_TOP="$here" PG_CONFIG="$PG_CONFIG" "$BASH" "$here/test/valgrind/run.sh" "$@"
+	fi
 	echo "valgrind/run.sh: initdb refuses root; run as postgres: runuser -u postgres -- $0" >&2
 	exit 2
 fi
@@ -113,8 +120,11 @@ if [ $# -gt 0 ]; then
 	fi
 fi
 
-mkdir -p "$here/test/tmp"
-tmp=$(mktemp -d "$here/test/tmp/valgrind.XXXXXX")
+if mkdir -p "$here/test/tmp" 2>/dev/null && [ -w "$here/test/tmp" ]; then
+	tmp=$(mktemp -d "$here/test/tmp/valgrind.XXXXXX")
+else
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-valgrind.XXXXXX")
+fi
 sock=$(mktemp -d /tmp/dlock-vg-sock.XXXXXX)
 vglogs=$tmp/valgrind
 mkdir -p "$vglogs"
