@@ -72,7 +72,7 @@ $node->safe_psql('other', 'CREATE EXTENSION dlock');
 for my $db ('postgres', 'other')
 {
 	$node->safe_psql($db,
-		"SELECT dlock_try('gone-' || g, '200 ms', 'o') FROM generate_series(1, 20) g");
+		"SELECT dlock_try('gone-' || g, '1 s', 'o') FROM generate_series(1, 20) g");
 	is($node->safe_psql($db, "SELECT count(*) FROM dlock_leases WHERE name LIKE 'gone-%'"),
 		'20', "$db: rows written");
 }
