@@ -17,13 +17,20 @@
  * and its execution, the wakeup of the waiting backend and the grant
  * result's trip back to the client; it does not wait for H's own reply.
  *
- * All statements are prepared once (like pgbench -M prepared).
+ * All statements are prepared once per connection (like pgbench -M prepared).
+ * The lock kinds are interleaved: the run is cut into rounds, and each round
+ * does a block of every kind, in an order that rotates from round to round,
+ * so a change of machine load touches every kind alike.  Each block starts
+ * with a few unmeasured warm-up handoffs.
  *
- * usage: handoff "conninfo" [iterations] [warmup] [modes]
+ * usage: handoff "conninfo" [iterations] [warmup] [modes] [rounds]
+ *   iterations: measured handoffs per kind (default 1000)
+ *   warmup:     unmeasured handoffs at the start of each block (default 5)
  *   modes: comma list of dlock_mem (SET dlock.durable = off), dlock_durable
  *          (SET dlock.durable = on), dlock (server default), advisory;
- *          default "dlock_mem,dlock_durable,advisory", run in that order
- * Output: one line per mode, "key=value" pairs, times in microseconds.
+ *          default "dlock_mem,dlock_durable,advisory"
+ *   rounds: default 10
+ * Output: one line per kind, "key=value" pairs, times in microseconds.
  */
 #include <errno.h>
 #include <poll.h>
@@ -178,41 +185,70 @@ pct(const double *v, int n, double p)
 	return v[i];
 }
 
-static void
-run_mode(const Mode *m, PGconn *a, PGconn *b, PGconn *mon, int iters, int warmup)
+typedef struct ModeRun
 {
-	PGconn	   *conn[2] = {a, b};
-	const char *owner[2] = {"bench_handoff_A", "bench_handoff_B"};
-	char		pid[2][16];
-	double	   *handoff = malloc(sizeof(double) * iters);
-	double	   *release = malloc(sizeof(double) * iters);
-	double	   *queuewait = malloc(sizeof(double) * iters);
-	char		buf[64];
-	int			h = 0;			/* index of the holder */
-	double		sum = 0;
-	int			polls = 0;
+	const Mode *m;
+	int			idx;			/* for statement names */
+	double	   *handoff;
+	double	   *release;
+	double	   *queuewait;
+	int			n;				/* measured so far */
+	int			polls;
+} ModeRun;
+
+static void
+prepare_mode(ModeRun *r, PGconn **conn, PGconn *mon)
+{
+	char		name[32];
 
 	for (int i = 0; i < 2; i++)
 	{
-		PGresult   *res = PQexec(conn[i], m->setup);
+		snprintf(name, sizeof(name), "acq%d", r->idx);
+		prepare(conn[i], name, r->m->acquire);
+		snprintf(name, sizeof(name), "rel%d", r->idx);
+		prepare(conn[i], name, r->m->release);
+		snprintf(name, sizeof(name), "clean%d", r->idx);
+		prepare(conn[i], name, r->m->cleanup);
+	}
+	snprintf(name, sizeof(name), "queued%d", r->idx);
+	prepare(mon, name, r->m->queued);
+}
+
+/* One block: warmup + count handoffs of one lock kind. */
+static void
+run_block(ModeRun *r, PGconn **conn, PGconn *mon, int count, int warmup)
+{
+	const char *owner[2] = {"bench_handoff_A", "bench_handoff_B"};
+	char		pid[2][16];
+	char		acq[32],
+				rel[32],
+				clean[32],
+				queued[32];
+	char		buf[64];
+	int			h = 0;			/* index of the holder */
+
+	snprintf(acq, sizeof(acq), "acq%d", r->idx);
+	snprintf(rel, sizeof(rel), "rel%d", r->idx);
+	snprintf(clean, sizeof(clean), "clean%d", r->idx);
+	snprintf(queued, sizeof(queued), "queued%d", r->idx);
+
+	for (int i = 0; i < 2; i++)
+	{
+		PGresult   *res = PQexec(conn[i], r->m->setup);
 
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			die(conn[i], m->setup);
+			die(conn[i], r->m->setup);
 		PQclear(res);
 		snprintf(pid[i], sizeof(pid[i]), "%d", PQbackendPID(conn[i]));
-		prepare(conn[i], "acq", m->acquire);
-		prepare(conn[i], "rel", m->release);
-		prepare(conn[i], "clean", m->cleanup);
-		exec1(conn[i], "clean", owner[i], NULL, 0);
+		exec1(conn[i], clean, owner[i], NULL, 0);
 	}
-	prepare(mon, "queued", m->queued);
 
 	/* A takes the lock uncontended. */
-	exec1(conn[h], "acq", owner[h], buf, sizeof(buf));
+	exec1(conn[h], acq, owner[h], buf, sizeof(buf));
 	if (strcmp(buf, "NULL") == 0)
 		die(NULL, "first acquire returned NULL");
 
-	for (int it = 0; it < warmup + iters; it++)
+	for (int it = 0; it < warmup + count; it++)
 	{
 		int			w = 1 - h;
 		const char *wp = owner[w];
@@ -225,13 +261,13 @@ run_mode(const Mode *m, PGconn *a, PGconn *b, PGconn *mon, int iters, int warmup
 
 		/* the waiter blocks in the server */
 		tq = now_us();
-		if (!PQsendQueryPrepared(conn[w], "acq", 1, &wp, NULL, NULL, 0))
+		if (!PQsendQueryPrepared(conn[w], acq, 1, &wp, NULL, NULL, 0))
 			die(conn[w], "send acquire");
 		/* until it's really queued */
 		for (;;)
 		{
-			exec1(mon, "queued", pid[w], buf, sizeof(buf));
-			polls++;
+			exec1(mon, queued, pid[w], buf, sizeof(buf));
+			r->polls++;
 			if (strcmp(buf, "1") == 0)
 				break;
 			if (now_us() - tq > 10e6)
@@ -240,7 +276,7 @@ run_mode(const Mode *m, PGconn *a, PGconn *b, PGconn *mon, int iters, int warmup
 		tq = now_us() - tq;
 
 		t0 = now_us();
-		if (!PQsendQueryPrepared(conn[h], "rel", 1, &hp, NULL, NULL, 0))
+		if (!PQsendQueryPrepared(conn[h], rel, 1, &hp, NULL, NULL, 0))
 			die(conn[h], "send release");
 		while (t_wait == 0 || t_rel == 0)
 		{
@@ -273,28 +309,34 @@ run_mode(const Mode *m, PGconn *a, PGconn *b, PGconn *mon, int iters, int warmup
 
 		if (it >= warmup)
 		{
-			handoff[it - warmup] = t_wait - t0;
-			release[it - warmup] = t_rel - t0;
-			queuewait[it - warmup] = tq;
-			sum += t_wait - t0;
+			r->handoff[r->n] = t_wait - t0;
+			r->release[r->n] = t_rel - t0;
+			r->queuewait[r->n] = tq;
+			r->n++;
 		}
 		h = w;
 	}
-	exec1(conn[h], "rel", owner[h], NULL, 0);
+	exec1(conn[h], rel, owner[h], NULL, 0);
+}
 
-	qsort(handoff, iters, sizeof(double), cmp_double);
-	qsort(release, iters, sizeof(double), cmp_double);
-	qsort(queuewait, iters, sizeof(double), cmp_double);
+static void
+report_mode(ModeRun *r)
+{
+	int			n = r->n;
+	double		sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += r->handoff[i];
+	qsort(r->handoff, n, sizeof(double), cmp_double);
+	qsort(r->release, n, sizeof(double), cmp_double);
+	qsort(r->queuewait, n, sizeof(double), cmp_double);
 	printf("mode=%s n=%d p50=%.1f p90=%.1f p99=%.1f max=%.1f mean=%.1f min=%.1f "
 		   "release_rtt_p50=%.1f release_rtt_p99=%.1f queue_p50=%.1f monitor_polls=%d\n",
-		   m->name, iters, pct(handoff, iters, 0.50), pct(handoff, iters, 0.90),
-		   pct(handoff, iters, 0.99), handoff[iters - 1], sum / iters, handoff[0],
-		   pct(release, iters, 0.50), pct(release, iters, 0.99),
-		   pct(queuewait, iters, 0.50), polls);
+		   r->m->name, n, pct(r->handoff, n, 0.50), pct(r->handoff, n, 0.90),
+		   pct(r->handoff, n, 0.99), r->handoff[n - 1], sum / n, r->handoff[0],
+		   pct(r->release, n, 0.50), pct(r->release, n, 0.99),
+		   pct(r->queuewait, n, 0.50), r->polls);
 	fflush(stdout);
-	free(handoff);
-	free(release);
-	free(queuewait);
 }
 
 /* Median round trip of a prepared SELECT 1, for scale. */
@@ -322,15 +364,17 @@ main(int argc, char **argv)
 {
 	const char *conninfo;
 	int			iters = 1000;
-	int			warmup = 50;
+	int			warmup = 5;
+	int			rounds = 10;
 	char	   *modelist;
-	PGconn	   *a,
-			   *b,
+	PGconn	   *conn[2],
 			   *mon;
+	ModeRun		runs[16];
+	int			nruns = 0;
 
 	if (argc < 2)
 	{
-		fprintf(stderr, "usage: %s conninfo [iterations] [warmup] [dlock_mem,dlock_durable,dlock,advisory]\n", argv[0]);
+		fprintf(stderr, "usage: %s conninfo [iterations] [warmup] [dlock_mem,dlock_durable,dlock,advisory] [rounds]\n", argv[0]);
 		return 2;
 	}
 	conninfo = argv[1];
@@ -339,17 +383,20 @@ main(int argc, char **argv)
 	if (argc > 3)
 		warmup = atoi(argv[3]);
 	modelist = strdup(argc > 4 ? argv[4] : "dlock_mem,dlock_durable,advisory");
-	if (iters < 1 || warmup < 0)
+	if (argc > 5)
+		rounds = atoi(argv[5]);
+	if (iters < 1 || warmup < 0 || rounds < 1)
 	{
 		fprintf(stderr, "handoff: bad iteration counts\n");
 		return 2;
 	}
+	if (rounds > iters)
+		rounds = iters;
 
-	a = connect_one(conninfo, "handoff_A");
-	b = connect_one(conninfo, "handoff_B");
+	conn[0] = connect_one(conninfo, "handoff_A");
+	conn[1] = connect_one(conninfo, "handoff_B");
 	mon = connect_one(conninfo, "handoff_monitor");
 
-	baseline(a, iters);
 	for (char *tok = strtok(modelist, ","); tok; tok = strtok(NULL, ","))
 	{
 		const Mode *m = NULL;
@@ -357,19 +404,35 @@ main(int argc, char **argv)
 		for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
 			if (strcmp(modes[i].name, tok) == 0)
 				m = &modes[i];
-		if (m == NULL)
+		if (m == NULL || nruns == 16)
 		{
 			fprintf(stderr, "handoff: unknown mode %s\n", tok);
 			return 2;
 		}
-		/* fresh statement names per mode: deallocate the old ones */
-		PQclear(PQexec(a, "DEALLOCATE ALL"));
-		PQclear(PQexec(b, "DEALLOCATE ALL"));
-		PQclear(PQexec(mon, "DEALLOCATE ALL"));
-		run_mode(m, a, b, mon, iters, warmup);
+		runs[nruns].m = m;
+		runs[nruns].idx = nruns;
+		runs[nruns].handoff = malloc(sizeof(double) * iters);
+		runs[nruns].release = malloc(sizeof(double) * iters);
+		runs[nruns].queuewait = malloc(sizeof(double) * iters);
+		runs[nruns].n = 0;
+		runs[nruns].polls = 0;
+		prepare_mode(&runs[nruns], conn, mon);
+		nruns++;
 	}
-	PQfinish(a);
-	PQfinish(b);
+
+	baseline(conn[0], iters);
+	for (int r = 0; r < rounds; r++)
+	{
+		int			count = iters / rounds + (r < iters % rounds);
+
+		for (int k = 0; k < nruns; k++)
+			run_block(&runs[(k + r) % nruns], conn, mon, count, warmup);
+	}
+	for (int k = 0; k < nruns; k++)
+		report_mode(&runs[k]);
+
+	PQfinish(conn[0]);
+	PQfinish(conn[1]);
 	PQfinish(mon);
 	return 0;
 }
