@@ -103,7 +103,7 @@ find_or_create_or_fail(const DLockRequest *req, LWLock *lock)
  * its commit.
  */
 static int64
-persist_lease(const DLockRequest *req, uint64 token, int64 new_expires)
+persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_new)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	DLockEntry *entry;
@@ -131,7 +131,7 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires)
 	version = dlock_persist_write(&req->key, &owner, roleid, token, granted_at,
 								  dlock_mono_to_wall(expires, dlock_mono_now(),
 													 GetCurrentTimestamp()),
-								  expected);
+								  expected, is_new);
 	if (version == 0 || new_expires != 0)
 		return version;
 	LWLockAcquire(lock, LW_EXCLUSIVE);
@@ -230,7 +230,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 		/* logged first, so an error while writing the row undoes the grant */
 		dlock_xact_acquired(req, token, true, 0, row_version(req, token));
 		if (req->durable)
-			(void) persist_lease(req, token, 0);
+			(void) persist_lease(req, token, 0, true);
 		return token;
 	}
 
@@ -240,7 +240,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	dlock_wake(wake);
 	dlock_xact_acquired(req, token, was_new, prior_expires, prior_version);
 	if (durable)
-		(void) persist_lease(req, token, 0);
+		(void) persist_lease(req, token, 0, was_new);
 	return token;
 }
 
@@ -312,7 +312,7 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	dlock_xact_renew_set(op, token, now + req->ttl, 0);
 	if (durable)
 		dlock_xact_renew_set(op, token, now + req->ttl,
-							 persist_lease(req, token, now + req->ttl));
+							 persist_lease(req, token, now + req->ttl, false));
 	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
 	return true;
 }

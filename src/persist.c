@@ -208,6 +208,7 @@ static char *lease_table = NULL;	/* qualified, quoted name */
 static SPIPlanPtr plan_write = NULL;
 static SPIPlanPtr plan_read = NULL;
 static SPIPlanPtr plan_delete = NULL;
+static SPIPlanPtr plan_update = NULL;
 static DbSlot *my_slot = NULL;
 
 static void
@@ -220,7 +221,7 @@ relcache_callback(Datum arg, Oid relid)
 static void
 forget_plans(void)
 {
-	SPIPlanPtr *plans[] = {&plan_write, &plan_read, &plan_delete};
+	SPIPlanPtr *plans[] = {&plan_write, &plan_read, &plan_delete, &plan_update};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
 	{
@@ -705,15 +706,63 @@ too_many_attempts(const DLockKey *key)
 }
 
 /*
- * Stores a lease (grant, takeover, extension or renewal) as a
- * compare-and-set on the row's version; expected_version 0 means no row is
- * known.  Returns the row's new version, or 0 when the row already holds a
- * newer lease than this one, which is then left alone.
+ * Moves the expiry of an existing lease row (an extension or renewal) by
+ * compare-and-set on its version.  It never creates a row: if the lease's
+ * row is gone (released meanwhile from another session), nothing is
+ * written.  Returns the row's new version, or 0.
+ */
+static int64
+update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
+			  int64 expected_version)
+{
+	Datum		args[4];
+	int64		version = 0;
+	int			attempt;
+
+	if (plan_update == NULL)
+	{
+		Oid			types[4] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INT8OID};
+
+		plan_update = prepare("UPDATE %s SET expires_at = $3, version = version + 1"
+							  " WHERE name = $1 AND token = $2 AND version = $4"
+							  " RETURNING version", 4, types);
+	}
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = Int64GetDatum((int64) token);
+	args[2] = TimestampTzGetDatum(expires_at);
+	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
+	{
+		bool		isnull;
+		uint64		row_token;
+
+		args[3] = Int64GetDatum(expected_version);
+		if (SPI_execute_plan(plan_update, args, NULL, false, 1) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not update a dlock lease row");
+		if (SPI_processed == 1)
+		{
+			version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+			break;
+		}
+		if (!read_row(args[0], &expected_version, &row_token) || row_token != token)
+			break;				/* the lease's row is gone */
+	}
+	if (attempt == MAX_CAS_ATTEMPTS)
+		too_many_attempts(key);
+	return version;
+}
+
+/*
+ * Stores a lease as a compare-and-set on the row's version.  A new grant
+ * (is_new) inserts its row or takes over an older lease's; expected_version
+ * 0 means no row is known.  An extension or renewal only updates its own
+ * row.  Returns the row's new version, or 0 when nothing was written (the
+ * row holds a newer lease, or the lease's row is gone).
  */
 int64
 dlock_persist_write(const DLockKey *key, const DLockOwner *owner, Oid roleid,
 					uint64 token, TimestampTz granted_at, TimestampTz expires_at,
-					int64 expected_version)
+					int64 expected_version, bool is_new)
 {
 	AsOwner		saved;
 	Datum		args[7];
@@ -721,6 +770,14 @@ dlock_persist_write(const DLockKey *key, const DLockOwner *owner, Oid roleid,
 	int			attempt;
 
 	spi_begin(&saved, true);
+	if (!is_new)
+	{
+		version = update_expiry(key, token, expires_at, expected_version);
+		spi_end(&saved);
+		if (version != 0)
+			ForceSyncCommit();
+		return version;
+	}
 	if (plan_write == NULL)
 	{
 		Oid			types[7] = {TEXTOID, TEXTOID, OIDOID, INT8OID,

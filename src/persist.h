@@ -22,7 +22,8 @@ extern void dlock_db_shmem_init(void *base);
 extern void dlock_persist_ensure_loaded(Oid fn_oid);
 extern int64 dlock_persist_write(const DLockKey *key, const DLockOwner *owner,
 								 Oid roleid, uint64 token, TimestampTz granted_at,
-								 TimestampTz expires_at, int64 expected_version);
+								 TimestampTz expires_at, int64 expected_version,
+								 bool is_new);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token,
 								 int64 expected_version);
 extern void dlock_persist_note_dead_row(Oid dbid);
