@@ -12,30 +12,38 @@ DROP FUNCTION dlock_preload_check();
 -- restart or crash.  Written only by the functions below, as its owner;
 -- a row's version goes up on every change (compare-and-set).
 CREATE TABLE dlock_leases (
-	name text PRIMARY KEY,
+	name text NOT NULL,
 	owner text NOT NULL,
 	role oid NOT NULL,
 	token bigint NOT NULL,
 	granted_at timestamptz NOT NULL,
 	expires_at timestamptz NOT NULL,
-	version bigint NOT NULL
+	version bigint NOT NULL,
+	mode text NOT NULL CHECK (mode IN ('exclusive', 'shared')),
+	permits integer CHECK (permits > 0),
+	PRIMARY KEY (name, token)
 );
 REVOKE ALL ON dlock_leases FROM PUBLIC;
 
 CREATE FUNCTION dlock_owner() RETURNS text
 AS 'MODULE_PATHNAME', 'dlock_owner' LANGUAGE C STABLE;
 
--- ttl NULL means the dlock.default_ttl setting.
+-- ttl NULL means the dlock.default_ttl setting.  mode 'shared' takes a read
+-- lease; permits N makes the name a semaphore of N leases.
 CREATE FUNCTION dlock_try(name text,
 						  ttl interval DEFAULT NULL,
-						  owner text DEFAULT dlock_owner())
+						  owner text DEFAULT dlock_owner(),
+						  mode text DEFAULT 'exclusive',
+						  permits integer DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'dlock_try' LANGUAGE C VOLATILE;
 
 CREATE FUNCTION dlock_acquire(name text,
 							  ttl interval DEFAULT NULL,
 							  timeout interval DEFAULT NULL,
-							  owner text DEFAULT dlock_owner())
+							  owner text DEFAULT dlock_owner(),
+							  mode text DEFAULT 'exclusive',
+							  permits integer DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'dlock_acquire' LANGUAGE C VOLATILE;
 
@@ -51,22 +59,45 @@ CREATE FUNCTION dlock_release(name text,
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'dlock_release' LANGUAGE C VOLATILE;
 
+-- All or nothing: every name is granted, or none (NULL).  Tokens come back
+-- in the order of names.
+CREATE FUNCTION dlock_try_all(names text[],
+							  ttl interval DEFAULT NULL,
+							  owner text DEFAULT dlock_owner(),
+							  mode text DEFAULT 'exclusive')
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'dlock_try_all' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_acquire_all(names text[],
+								  ttl interval DEFAULT NULL,
+								  timeout interval DEFAULT NULL,
+								  owner text DEFAULT dlock_owner(),
+								  mode text DEFAULT 'exclusive')
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'dlock_acquire_all' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_release_all(names text[],
+								  owner text DEFAULT dlock_owner())
+RETURNS integer
+AS 'MODULE_PATHNAME', 'dlock_release_all' LANGUAGE C VOLATILE;
+
 CREATE FUNCTION dlock_list_locks(
 	OUT name text, OUT owner text, OUT token bigint,
 	OUT granted_at timestamptz, OUT expires_at timestamptz,
 	OUT role regrole, OUT pid integer, OUT waiters integer,
-	OUT version bigint, OUT durable boolean)
+	OUT version bigint, OUT durable boolean, OUT mode text,
+	OUT permits integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_list_locks' LANGUAGE C VOLATILE;
 
 CREATE FUNCTION dlock_list_waiters(
 	OUT pid integer, OUT name text, OUT owner text, OUT role regrole,
 	OUT waiting_since timestamptz, OUT queue_position integer,
-	OUT deadline timestamptz)
+	OUT deadline timestamptz, OUT mode text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_list_waiters' LANGUAGE C VOLATILE;
 
--- Fencing: the token must be the live lease's; the lease then stays until
+-- Fencing: the token must be a live lease's; that lease then stays until
 -- the calling transaction ends.  Raises SQLSTATE DL001 otherwise.
 CREATE FUNCTION dlock_fence(name text, token bigint) RETURNS void
 AS 'MODULE_PATHNAME', 'dlock_fence' LANGUAGE C VOLATILE;
@@ -78,7 +109,7 @@ AS 'MODULE_PATHNAME', 'dlock_fenced' LANGUAGE C;
 CREATE FUNCTION dlock_versioned() RETURNS trigger
 AS 'MODULE_PATHNAME', 'dlock_versioned' LANGUAGE C;
 
--- Breaks the lease on a name whoever holds it (at commit); logged.
+-- Breaks every lease on a name whoever holds it (at commit); logged.
 CREATE FUNCTION dlock_force_release(name text) RETURNS boolean
 AS 'MODULE_PATHNAME', 'dlock_force_release' LANGUAGE C VOLATILE;
 REVOKE EXECUTE ON FUNCTION dlock_force_release(text) FROM PUBLIC;

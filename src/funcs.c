@@ -5,6 +5,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -14,7 +15,9 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "lease.h"
@@ -28,6 +31,9 @@ PG_FUNCTION_INFO_V1(dlock_try);
 PG_FUNCTION_INFO_V1(dlock_acquire);
 PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
+PG_FUNCTION_INFO_V1(dlock_try_all);
+PG_FUNCTION_INFO_V1(dlock_acquire_all);
+PG_FUNCTION_INFO_V1(dlock_release_all);
 PG_FUNCTION_INFO_V1(dlock_list_locks);
 PG_FUNCTION_INFO_V1(dlock_list_waiters);
 PG_FUNCTION_INFO_V1(dlock_sweep);
@@ -162,6 +168,62 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen,
 				 errdetail("It has %d bytes; the limit is %d.", *len, maxlen)));
 }
 
+/* mode and permits arguments; mode_argno < 0 when the function has none */
+static void
+mode_args(FunctionCallInfo fcinfo, DLockRequest *req, int mode_argno, int permits_argno)
+{
+	req->mode = DLOCK_EXCLUSIVE;
+	req->permits = 0;
+	if (mode_argno >= 0)
+	{
+		char	   *mode;
+
+		if (PG_ARGISNULL(mode_argno))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("mode must not be null")));
+		mode = text_to_cstring(PG_GETARG_TEXT_PP(mode_argno));
+		if (strcmp(mode, "shared") == 0)
+			req->mode = DLOCK_SHARED;
+		else if (strcmp(mode, "exclusive") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid lock mode \"%s\"", mode),
+					 errhint("Use 'exclusive' or 'shared'.")));
+	}
+	if (permits_argno >= 0 && !PG_ARGISNULL(permits_argno))
+	{
+		req->permits = PG_GETARG_INT32(permits_argno);
+		if (req->permits < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("permits must be at least 1")));
+		if (req->mode == DLOCK_SHARED)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a semaphore has no shared mode"),
+					 errhint("Give permits for a semaphore, or mode => 'shared' for a read lock, not both.")));
+	}
+}
+
+static void
+check_primary(void)
+{
+	dlock_require_preload();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot change dlock leases during recovery"),
+				 errhint("Call dlock functions on the primary.")));
+}
+
+static void
+set_name(DLockRequest *req, const char *data, int len)
+{
+	dlock_make_key(&req->key, data, len);
+	req->hash = dlock_key_hash(&req->key);
+}
+
 /*
  * Fills a request from the (name, ttl, owner) arguments; ttl_argno < 0
  * when the function has no ttl.
@@ -173,18 +235,11 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 	char	   *data;
 	int			len;
 
-	dlock_require_preload();
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot change dlock leases during recovery"),
-				 errhint("Call dlock functions on the primary.")));
-
+	check_primary();
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 
 	text_arg(fcinfo, name_argno, "lock name", DLOCK_NAME_MAX, &data, &len);
-	dlock_make_key(&req->key, data, len);
-	req->hash = dlock_key_hash(&req->key);
+	set_name(req, data, len);
 
 	text_arg(fcinfo, owner_argno, "owner", DLOCK_OWNER_MAX, &data, &len);
 	req->owner.len = len;
@@ -193,9 +248,11 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 	req->roleid = GetUserId();
 	req->ttl = ttl_argno >= 0 ? ttl_arg(fcinfo, ttl_argno) : 0;
 	req->durable = dlock_durable;
+	req->mode = DLOCK_EXCLUSIVE;
+	req->permits = 0;
 }
 
-/* dlock_try(name, ttl, owner) */
+/* dlock_try(name, ttl, owner, mode, permits) */
 Datum
 dlock_try(PG_FUNCTION_ARGS)
 {
@@ -203,13 +260,14 @@ dlock_try(PG_FUNCTION_ARGS)
 	uint64		token;
 
 	build_request(fcinfo, &req, 0, 1, 2);
+	mode_args(fcinfo, &req, 3, 4);
 	token = dlock_lease_acquire(&req, 0);
 	if (token == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64((int64) token);
 }
 
-/* dlock_acquire(name, ttl, timeout, owner) */
+/* dlock_acquire(name, ttl, timeout, owner, mode, permits) */
 Datum
 dlock_acquire(PG_FUNCTION_ARGS)
 {
@@ -218,6 +276,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	uint64		token;
 
 	build_request(fcinfo, &req, 0, 1, 3);
+	mode_args(fcinfo, &req, 4, 5);
 	timeout = timeout_arg(fcinfo, 2);
 	token = dlock_lease_acquire(&req, timeout);
 	if (token == 0)
@@ -253,6 +312,217 @@ dlock_release(PG_FUNCTION_ARGS)
 			PG_RETURN_BOOL(false);	/* no lease ever has such a token */
 	}
 	PG_RETURN_BOOL(dlock_lease_release(&req, (uint64) token));
+}
+
+/* ---------------------------------------------------------------------
+ * All-or-nothing: several names at once
+ * --------------------------------------------------------------------- */
+
+typedef struct NameArg
+{
+	int			pos;			/* in the caller's array */
+	char	   *data;
+	int			len;
+	uint64		token;
+} NameArg;
+
+/* Byte order, then length: one total order every session agrees on. */
+static int
+name_cmp(const void *a, const void *b)
+{
+	const NameArg *na = a;
+	const NameArg *nb = b;
+	int			r = memcmp(na->data, nb->data, Min(na->len, nb->len));
+
+	if (r != 0)
+		return r;
+	return na->len < nb->len ? -1 : na->len > nb->len ? 1 : 0;
+}
+
+/* The names of the array argument, sorted, with their positions. */
+static NameArg *
+names_arg(FunctionCallInfo fcinfo, int *count)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *nulls;
+	NameArg    *names;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("lock names must not be null")));
+	array = PG_GETARG_ARRAYTYPE_P(0);
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, count);
+	names = palloc(sizeof(NameArg) * Max(*count, 1));
+	for (int i = 0; i < *count; i++)
+	{
+		text	   *t;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("lock name must not be null")));
+		t = DatumGetTextPP(elems[i]);
+		names[i].pos = i;
+		names[i].data = VARDATA_ANY(t);
+		names[i].len = VARSIZE_ANY_EXHDR(t);
+		names[i].token = 0;
+		if (names[i].len == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lock name must not be empty")));
+		if (names[i].len > DLOCK_NAME_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lock name is too long"),
+					 errdetail("It has %d bytes; the limit is %d.", names[i].len, DLOCK_NAME_MAX)));
+	}
+	qsort(names, *count, sizeof(NameArg), name_cmp);
+	return names;
+}
+
+/*
+ * Takes the names in sorted order, so two callers over overlapping names
+ * always queue in the same order and cannot deadlock.  Stops at the first
+ * name it cannot have in time; returns whether it had them all.
+ */
+static bool
+take_all(NameArg *names, int count, DLockRequest *req, int64 timeout)
+{
+	int64		deadline = 0;
+
+	if (timeout > 0 && pg_add_s64_overflow(dlock_mono_now(), timeout, &deadline))
+		timeout = -1;			/* longer than anyone can wait */
+	for (int i = 0; i < count; i++)
+	{
+		int64		wait = timeout;
+
+		if (i > 0 && name_cmp(&names[i], &names[i - 1]) == 0)
+		{
+			names[i].token = names[i - 1].token;
+			continue;
+		}
+		if (timeout > 0)
+			wait = Max(deadline - dlock_mono_now(), 0);
+		set_name(req, names[i].data, names[i].len);
+		names[i].token = dlock_lease_acquire(req, wait);
+		if (names[i].token == 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * All or nothing: the grants are made in a subtransaction, so if one name
+ * cannot be had in time the ones already granted are undone.  Returns the
+ * tokens in the caller's order, or NULL.
+ */
+static Datum
+acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
+			int owner_argno, int mode_argno)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	DLockRequest req;
+	NameArg    *names;
+	Datum	   *tokens;
+	int			count;
+	char	   *data;
+	int			len;
+	volatile bool all = false;
+
+	check_primary();
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
+	names = names_arg(fcinfo, &count);
+	memset(&req, 0, sizeof(req));
+	text_arg(fcinfo, owner_argno, "owner", DLOCK_OWNER_MAX, &data, &len);
+	req.owner.len = len;
+	memcpy(req.owner.str, data, len);
+	req.roleid = GetUserId();
+	req.ttl = ttl_arg(fcinfo, ttl_argno);
+	req.durable = dlock_durable;
+	mode_args(fcinfo, &req, mode_argno, -1);
+	dlock_xact_register();
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		all = take_all(names, count, &req,
+					   timeout_argno >= 0 ? timeout_arg(fcinfo, timeout_argno) : 0);
+		if (all)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (!all)
+		PG_RETURN_NULL();
+	tokens = palloc(sizeof(Datum) * Max(count, 1));
+	for (int i = 0; i < count; i++)
+		tokens[names[i].pos] = Int64GetDatum((int64) names[i].token);
+	PG_RETURN_ARRAYTYPE_P(construct_array(tokens, count, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* dlock_try_all(names, ttl, owner, mode) */
+Datum
+dlock_try_all(PG_FUNCTION_ARGS)
+{
+	return acquire_all(fcinfo, 1, -1, 2, 3);
+}
+
+/* dlock_acquire_all(names, ttl, timeout, owner, mode) */
+Datum
+dlock_acquire_all(PG_FUNCTION_ARGS)
+{
+	return acquire_all(fcinfo, 1, 2, 3, 4);
+}
+
+/* dlock_release_all(names, owner): how many of the names were released */
+Datum
+dlock_release_all(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+	NameArg    *names;
+	int			count;
+	int			released = 0;
+	char	   *data;
+	int			len;
+
+	check_primary();
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
+	names = names_arg(fcinfo, &count);
+	memset(&req, 0, sizeof(req));
+	text_arg(fcinfo, 1, "owner", DLOCK_OWNER_MAX, &data, &len);
+	req.owner.len = len;
+	memcpy(req.owner.str, data, len);
+	req.roleid = GetUserId();
+	for (int i = 0; i < count; i++)
+	{
+		if (i > 0 && name_cmp(&names[i], &names[i - 1]) == 0)
+			continue;
+		set_name(&req, names[i].data, names[i].len);
+		if (dlock_lease_release(&req, 0))
+			released++;
+	}
+	PG_RETURN_INT32(released);
 }
 
 /*
@@ -295,15 +565,19 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 			maxcopies *= 2;
 			copies = repalloc_huge(copies, sizeof(DLockEntry) * maxcopies);
 		}
-		copies[ncopies++] = *entry;
+		copies[ncopies] = *entry;
+		/* what the name has: show it on each of its leases */
+		copies[ncopies].nwaiters = dlock_head_of(entry)->nwaiters;
+		copies[ncopies].permits = dlock_head_of(entry)->permits;
+		ncopies++;
 	}
 	dlock_unlock_all_partitions();
 
 	for (int i = 0; i < ncopies; i++)
 	{
 		DLockEntry *e = &copies[i];
-		Datum		values[10];
-		bool		nulls[10] = {0};
+		Datum		values[12];
+		bool		nulls[12] = {0};
 
 		values[0] = PointerGetDatum(cstring_to_text_with_len(e->key.name, e->key.len));
 		values[1] = PointerGetDatum(cstring_to_text_with_len(e->owner.str, e->owner.len));
@@ -317,6 +591,9 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 		values[8] = Int64GetDatum(e->version);
 		nulls[8] = !e->durable;
 		values[9] = BoolGetDatum(e->durable);
+		values[10] = PointerGetDatum(cstring_to_text(dlock_mode_name((DLockMode) e->mode)));
+		values[11] = Int32GetDatum(e->permits);
+		nulls[11] = (e->permits == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -354,9 +631,9 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 		dlist_iter	iter;
 		int			position = 0;
 
-		if (entry->key.dbid != MyDatabaseId)
+		if (entry->key.dbid != MyDatabaseId || !dlock_is_head(entry))
 			continue;
-		dlist_foreach(iter, &entry->waiters)
+		dlist_foreach(iter, &entry->u.h.waiters)
 		{
 			if (nrows == nslots)
 				break;
@@ -370,8 +647,8 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 	for (int i = 0; i < nrows; i++)
 	{
 		DLockWaiter *w = &rows[i].w;
-		Datum		values[7];
-		bool		nulls[7] = {0};
+		Datum		values[8];
+		bool		nulls[8] = {0};
 
 		values[0] = Int32GetDatum(w->pid);
 		values[1] = PointerGetDatum(cstring_to_text_with_len(w->key.name, w->key.len));
@@ -383,6 +660,7 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 			values[6] = TimestampTzGetDatum(w->deadline_wall);
 		else
 			nulls[6] = true;
+		values[7] = PointerGetDatum(cstring_to_text(dlock_mode_name((DLockMode) w->mode)));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -451,19 +729,17 @@ dlock_stats_reset(PG_FUNCTION_ARGS)
 }
 
 /*
- * dlock_force_release(name): breaks the lease on name whoever holds it, at
- * commit, waking the next waiter.  Not executable by PUBLIC.
+ * dlock_force_release(name): breaks every lease on name whoever holds it,
+ * at commit, waking the next waiters.  Not executable by PUBLIC.
  */
 Datum
 dlock_force_release(PG_FUNCTION_ARGS)
 {
 	DLockRequest req;
-	DLockOwner	owner;
-	Oid			roleid;
-	uint64		token;
+	DLockBroken *broken;
+	int			nbroken;
 	char	   *name;
 	int			len;
-	char	   *holder_role;
 
 	dlock_require_preload();
 	if (RecoveryInProgress())
@@ -477,15 +753,18 @@ dlock_force_release(PG_FUNCTION_ARGS)
 	req.hash = dlock_key_hash(&req.key);
 	req.roleid = GetUserId();
 
-	if (!dlock_lease_force_release(&req, &owner, &roleid, &token))
-		PG_RETURN_BOOL(false);
-	holder_role = GetUserNameFromId(roleid, true);
-	ereport(LOG,
-			(errmsg("dlock lease \"%.*s\" of owner \"%.*s\" (role %s, token " UINT64_FORMAT ") force-released by role %s",
-					len, name, owner.len, owner.str,
-					holder_role ? holder_role : "(dropped)", token,
-					GetUserNameFromId(GetUserId(), false))));
-	PG_RETURN_BOOL(true);
+	nbroken = dlock_lease_force_release(&req, &broken);
+	for (int i = 0; i < nbroken; i++)
+	{
+		char	   *holder_role = GetUserNameFromId(broken[i].roleid, true);
+
+		ereport(LOG,
+				(errmsg("dlock lease \"%.*s\" of owner \"%.*s\" (role %s, token " UINT64_FORMAT ") force-released by role %s",
+						len, name, broken[i].owner.len, broken[i].owner.str,
+						holder_role ? holder_role : "(dropped)", broken[i].token,
+						GetUserNameFromId(GetUserId(), false))));
+	}
+	PG_RETURN_BOOL(nbroken > 0);
 }
 
 /* ---------------------------------------------------------------------

@@ -6,6 +6,11 @@
  * expiry on the monotonic clock; after that the name is free for the next
  * caller even if no sweeper has run.  Re-acquiring by the live holder is
  * idempotent: same token, lease extended.
+ *
+ * A name is a plain lock (one exclusive lease, or any number of shared ones)
+ * or a semaphore of N permits (up to N leases).  Each lease has its own
+ * owner, expiry and token.  A new request is granted at once only if it
+ * fits and nobody is queued, so FIFO holds across modes.
  */
 #include "postgres.h"
 
@@ -19,78 +24,74 @@
 #include "wait.h"
 #include "xact.h"
 
-static bool
-is_holder(const DLockEntry *entry, const DLockRequest *req)
-{
-	return entry->roleid == req->roleid &&
-		dlock_owner_equal(&entry->owner, &req->owner);
-}
-
-/*
- * Frees every expired lease, handing each to its next waiter.  Only used
- * when the table is full, so the full scan is acceptable.
- */
-static bool
+/* Ends every lease that is due now, for a caller that found the table full. */
+static void
 reclaim_expired(void)
 {
-	HASH_SEQ_STATUS status;
-	DLockEntry *entry;
-	PGPROC	  **wake;
-	int			nwake = 0;
-	int			nslots;
-	int64		now = dlock_mono_now();
-	bool		reclaimed = false;
+	int			mine = 0;
+	int64		next;
 
-	(void) dlock_waiter_slots(&nslots);
-	wake = palloc(sizeof(PGPROC *) * nslots);
-
-	dlock_lock_all_partitions(LW_EXCLUSIVE);
-	dlock_scan_begin(&status);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		PGPROC	   *proc;
-
-		if (!dlock_is_free(entry, now))
-			continue;
-		dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
-		reclaimed |= dlist_is_empty(&entry->waiters);
-		proc = dlock_handoff(entry, dlock_key_hash(&entry->key), now);
-		if (proc != NULL && nwake < nslots)
-			wake[nwake++] = proc;
-	}
-	dlock_unlock_all_partitions();
-
-	for (int i = 0; i < nwake; i++)
-		dlock_wake(wake[i]);
-	pfree(wake);
-	return reclaimed;
+	do
+		next = dlock_lease_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_CALLER, &mine);
+	while (next != 0 && next <= dlock_mono_now());
 }
 
-static DLockEntry *
-find_or_create_or_fail(const DLockRequest *req, LWLock *lock)
+static void
+table_full(void)
 {
-	DLockEntry *entry;
-	bool		found;
-
-	entry = dlock_find_or_create(&req->key, req->hash, &found);
-	if (entry != NULL)
-		return entry;
-
-	LWLockRelease(lock);
-	(void) reclaim_expired();
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	entry = dlock_find_or_create(&req->key, req->hash, &found);
-	if (entry != NULL)
-		return entry;
-
-	LWLockRelease(lock);
 	ereport(ERROR,
 			(errcode(ERRCODE_OUT_OF_MEMORY),
 			 errmsg("dlock lease table is full"),
-			 errdetail("All %d leases allowed by dlock.max_locks are live or awaited.",
+			 errdetail("All %d entries allowed by dlock.max_locks are live leases or queued waits.",
 					   dlock_max_locks),
 			 errhint("Release leases you no longer need, or increase dlock.max_locks and restart the server.")));
-	return NULL;				/* keep compiler quiet */
+}
+
+static void
+kind_conflict(const DLockRequest *req, int permits)
+{
+	if (permits == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lock \"%.*s\" is not a semaphore", req->key.len, req->key.name),
+				 errdetail("It is held or awaited as a plain lock; this call asked for %d permits.",
+						   req->permits),
+				 errhint("Every caller must ask for the same permits while a name is held or awaited.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("lock \"%.*s\" is a semaphore of %d permits", req->key.len, req->key.name,
+					permits),
+			 req->permits == 0 ?
+			 errdetail("This call asked for a plain lock.") :
+			 errdetail("This call asked for %d permits.", req->permits),
+			 errhint("Every caller must ask for the same permits while a name is held or awaited.")));
+}
+
+static void
+mode_conflict(const DLockRequest *req, DLockMode held)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("owner \"%.*s\" holds lock \"%.*s\" in %s mode, not %s",
+					req->owner.len, req->owner.str, req->key.len, req->key.name,
+					dlock_mode_name(held), dlock_mode_name(req->mode)),
+			 errhint("Release the lease before asking for it in another mode.")));
+}
+
+/* The caller's live lease on the name (same owner and role), or NULL. */
+static DLockEntry *
+own_lease(DLockEntry *head, const DLockRequest *req, int64 now)
+{
+	dlist_mutable_iter iter;
+	DLockEntry *lease;
+
+	dlock_foreach_lease(lease, head, iter)
+	{
+		if (lease->roleid == req->roleid && dlock_is_live(lease, now) &&
+			dlock_owner_equal(&lease->owner, &req->owner))
+			return lease;
+	}
+	return NULL;
 }
 
 /*
@@ -106,58 +107,40 @@ static int64
 persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_new)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
-	DLockEntry *entry;
-	DLockOwner	owner;
-	Oid			roleid;
-	TimestampTz granted_at;
+	DLockEntry *lease;
+	DLockRow	row;
 	int64		expires;
-	int64		expected;
 	int64		version;
 
 	LWLockAcquire(lock, LW_SHARED);
-	entry = dlock_find(&req->key, req->hash);
-	if (entry == NULL || entry->token != token || !entry->durable)
+	lease = dlock_find_lease(&req->key, req->hash, token);
+	if (lease == NULL || !lease->durable)
 	{
 		LWLockRelease(lock);
 		return 0;
 	}
-	memcpy(&owner, &entry->owner, offsetof(DLockOwner, str) + entry->owner.len);
-	roleid = entry->roleid;
-	granted_at = entry->granted_at;
-	expires = new_expires != 0 ? new_expires : entry->expires;
-	expected = entry->version;
+	memcpy(&row.owner, &lease->owner, offsetof(DLockOwner, str) + lease->owner.len);
+	row.roleid = lease->roleid;
+	row.token = token;
+	row.granted_at = lease->granted_at;
+	row.mode = (DLockMode) lease->mode;
+	row.permits = dlock_head_of(lease)->permits;
+	expires = new_expires != 0 ? new_expires : lease->expires;
+	row.version = lease->version;
 	LWLockRelease(lock);
 
-	version = dlock_persist_write(&req->key, &owner, roleid, token, granted_at,
-								  dlock_mono_to_wall(expires, dlock_mono_now(),
-													 GetCurrentTimestamp()),
-								  expected, is_new);
+	row.expires_at = dlock_mono_to_wall(expires, dlock_mono_now(), GetCurrentTimestamp());
+	version = dlock_persist_write(&req->key, &row, is_new);
 	if (version == 0 || new_expires != 0)
 		return version;
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	entry = dlock_find(&req->key, req->hash);
-	if (entry != NULL && entry->token == token)
+	lease = dlock_find_lease(&req->key, req->hash, token);
+	if (lease != NULL)
 	{
-		entry->version = version;
-		if (entry->expires != expires)
-			dlock_set_expires(entry, req->hash, expires);
+		lease->version = version;
+		if (lease->expires != expires)
+			dlock_set_expires(lease, expires);
 	}
-	LWLockRelease(lock);
-	return version;
-}
-
-/* The row version shared memory has for the lease with token, or -1. */
-static int64
-row_version(const DLockRequest *req, uint64 token)
-{
-	LWLock	   *lock = dlock_partition_lock(req->hash);
-	DLockEntry *entry;
-	int64		version = -1;
-
-	LWLockAcquire(lock, LW_SHARED);
-	entry = dlock_find(&req->key, req->hash);
-	if (entry != NULL && entry->token == token)
-		version = entry->version;
 	LWLockRelease(lock);
 	return version;
 }
@@ -166,82 +149,118 @@ uint64
 dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
-	DLockEntry *entry;
-	PGPROC	   *wake = NULL;
+	DLockEntry *head;
+	DLockEntry *lease;
 	int64		now;
 	uint64		token;
 	bool		was_new = true;
-	bool		durable;
 	int64		prior_expires = 0;
-	int64		prior_version;
+	int64		prior_version = 0;
+	bool		retried = false;
+	bool		found;
+	bool		durable;
 
 	dlock_xact_register();
 	if (timeout != 0)
 		dlock_wait_prepare();
 
+retry:
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	entry = find_or_create_or_fail(req, lock);
 	now = dlock_mono_now();
-	prior_version = entry->version;
-
-	/* An expired lease is free: its next waiter, if any, gets it first. */
-	if (entry->token != 0 && dlock_is_free(entry, now))
+	head = dlock_find_or_create(&req->key, req->hash, &found);
+	if (head == NULL)
+		goto full;
+	/* ended leases go first, to the waiters they free the name for */
+	if (found)
+		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, true);
+	if (head->nleases == 0 && dlist_is_empty(&head->u.h.waiters))
+		head->permits = req->permits;
+	else if (head->permits != req->permits)
 	{
-		dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
-		if (!dlist_is_empty(&entry->waiters))
-			wake = dlock_handoff(entry, req->hash, now);
+		int			permits = head->permits;
+
+		LWLockRelease(lock);
+		dlock_wake_all();
+		kind_conflict(req, permits);
 	}
 
-	if (dlock_is_free(entry, now))
+	if ((lease = own_lease(head, req, now)) != NULL)
 	{
-		dlock_grant(entry, req->hash, &req->owner, req->roleid, MyProcPid,
-					req->ttl, now, req->durable);
-		dlock_count(DLOCK_STAT_IMMEDIATE);
-	}
-	else if (dlock_is_live(entry, now) && is_holder(entry, req))
-	{
+		if (lease->mode != req->mode)
+		{
+			DLockMode	held = (DLockMode) lease->mode;
+
+			LWLockRelease(lock);
+			dlock_wake_all();
+			mode_conflict(req, held);
+		}
 		was_new = false;
-		prior_expires = entry->expires;
-		dlock_set_expires(entry, req->hash, now + req->ttl);
-		entry->holder_pid = MyProcPid;
+		prior_expires = lease->expires;
+		prior_version = lease->version;
+		dlock_set_expires(lease, now + req->ttl);
+		lease->holder_pid = MyProcPid;
+	}
+	else if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, now))
+	{
+		lease = dlock_grant(head, &req->owner, req->roleid, MyProcPid, req->ttl, now,
+							req->durable, req->mode, false);
+		if (lease == NULL)
+			goto full;
+		dlock_count(DLOCK_STAT_IMMEDIATE);
 	}
 	else if (timeout == 0)
 	{
 		LWLockRelease(lock);
-		dlock_wake(wake);
+		dlock_wake_all();
 		return 0;
 	}
 	else
 	{
 		int64		deadline = 0;
 
+		/* a waiter that may need an entry of its own counts it now */
+		bool		reserve = (head->permits != 0 || req->mode != DLOCK_EXCLUSIVE);
+
+		if (reserve && !dlock_reserve())
+			goto full;
 		if (timeout > 0 && !pg_add_s64_overflow(now, timeout, &deadline))
 			deadline = Max(deadline, 1);
 		else
 			deadline = 0;
-		dlock_enqueue(entry, req->hash, &req->owner, req->roleid, req->ttl,
-					  deadline, req->durable);
+		dlock_enqueue(head, &req->owner, req->roleid, req->ttl, deadline,
+					  req->durable, req->mode, reserve);
 		LWLockRelease(lock);
-		dlock_wake(wake);
+		dlock_wake_all();
 
 		token = dlock_sleep();
 		if (token == 0)
 			return 0;
 		/* logged first, so an error while writing the row undoes the grant */
-		dlock_xact_acquired(req, token, true, 0, row_version(req, token));
+		dlock_xact_acquired(req, token, true, 0, 0);
 		if (req->durable)
 			(void) persist_lease(req, token, 0, true);
 		return token;
 	}
 
-	token = entry->token;
-	durable = entry->durable;
+	token = lease->token;
+	durable = lease->durable;
 	LWLockRelease(lock);
-	dlock_wake(wake);
+	dlock_wake_all();
 	dlock_xact_acquired(req, token, was_new, prior_expires, prior_version);
 	if (durable)
 		(void) persist_lease(req, token, 0, was_new);
 	return token;
+
+full:
+	if (head != NULL)
+		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+	LWLockRelease(lock);
+	dlock_wake_all();
+	if (retried)
+		table_full();
+	reclaim_expired();
+	retried = true;
+	goto retry;
 }
 
 /*
@@ -257,27 +276,35 @@ held_lease(const DLockRequest *req, uint64 *token, int64 *version, bool *durable
 
 	for (;;)
 	{
-		DLockEntry *entry;
+		DLockEntry *head;
+		DLockEntry *lease;
+		dlist_mutable_iter iter;
 		bool		held = false;
 		Oid			other_role = InvalidOid;
 
 		LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
 		*now = dlock_mono_now();
-		entry = dlock_find(&req->key, req->hash);
-		if (entry != NULL && dlock_is_live(entry, *now) &&
-			dlock_owner_equal(&entry->owner, &req->owner))
+		head = dlock_find(&req->key, req->hash);
+		if (head != NULL)
 		{
-			if (entry->roleid == req->roleid || entry->roleid == member_of)
+			dlock_foreach_lease(lease, head, iter)
 			{
-				*token = entry->token;
-				*version = entry->version;
-				*durable = entry->durable;
+				if (!dlock_is_live(lease, *now) ||
+					!dlock_owner_equal(&lease->owner, &req->owner))
+					continue;
+				if (lease->roleid != req->roleid && lease->roleid != member_of)
+				{
+					other_role = lease->roleid;
+					continue;
+				}
+				*token = lease->token;
+				*version = lease->version;
+				*durable = lease->durable;
 				held = true;
 				if (pin)
-					dlock_pin(entry, req->hash, 1);
+					dlock_pin(lease, 1);
+				break;
 			}
-			else
-				other_role = entry->roleid;
 		}
 		LWLockRelease(lock);
 
@@ -337,57 +364,86 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 }
 
 /*
- * Releases whatever lease is live on the name, for any owner (at commit, as
- * a release would).  Returns false when there is none; else fills in what
- * was broken, for the caller's log line.
+ * Releases every lease that is live on the name, whoever holds it (at
+ * commit, as a release would).  Returns how many, and what was broken in
+ * *broken (palloc'd), for the caller's log lines.
  */
-bool
-dlock_lease_force_release(const DLockRequest *req, DLockOwner *owner, Oid *roleid,
-						  uint64 *token)
+int
+dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
-	DLockEntry *entry;
-	DLockRequest holder;
-	int64		version = 0;
-	bool		durable = false;
-	bool		found = false;
+	DLockEntry *head;
+	DLockEntry *lease;
+	dlist_mutable_iter iter;
+	DLockBroken *found;
+	int			nfound = 0;
+	int			n = 0;
+	int64		now;
 
 	dlock_xact_register();
-	memcpy(&holder, req, sizeof(DLockRequest));
-	LWLockAcquire(lock, LW_SHARED);
-	entry = dlock_find(&req->key, req->hash);
-	if (entry != NULL && dlock_is_live(entry, dlock_mono_now()))
+	for (;;)
 	{
-		memcpy(&holder.owner, &entry->owner, sizeof(DLockOwner));
-		holder.roleid = entry->roleid;
-		*token = entry->token;
-		version = entry->version;
-		durable = entry->durable;
-		found = true;
-	}
-	LWLockRelease(lock);
-	if (!found || dlock_xact_release_pending(&holder))
-		return false;
+		int			room;
+		bool		complete;
 
-	memcpy(owner, &holder.owner, sizeof(DLockOwner));
-	*roleid = holder.roleid;
-	dlock_xact_release(&holder, *token, durable);
-	if (durable)
-		dlock_persist_delete(&req->key, *token, version);
-	return true;
+		LWLockAcquire(lock, LW_SHARED);
+		head = dlock_find(&req->key, req->hash);
+		room = head != NULL ? head->nleases : 0;
+		LWLockRelease(lock);
+		found = palloc(sizeof(DLockBroken) * Max(room, 1));
+
+		LWLockAcquire(lock, LW_SHARED);
+		now = dlock_mono_now();
+		head = dlock_find(&req->key, req->hash);
+		complete = (head == NULL || head->nleases <= room);
+		if (head != NULL && complete)
+		{
+			dlock_foreach_lease(lease, head, iter)
+			{
+				if (!dlock_is_live(lease, now))
+					continue;
+				memcpy(&found[nfound].owner, &lease->owner, sizeof(DLockOwner));
+				found[nfound].roleid = lease->roleid;
+				found[nfound].token = lease->token;
+				found[nfound].version = lease->version;
+				found[nfound].durable = lease->durable;
+				nfound++;
+			}
+		}
+		LWLockRelease(lock);
+		if (complete)
+			break;
+		pfree(found);			/* more leases came meanwhile: look again */
+	}
+
+	for (int i = 0; i < nfound; i++)
+	{
+		DLockRequest holder;
+
+		memcpy(&holder, req, sizeof(DLockRequest));
+		memcpy(&holder.owner, &found[i].owner, sizeof(DLockOwner));
+		holder.roleid = found[i].roleid;
+		if (dlock_xact_release_pending(&holder))
+			continue;
+		dlock_xact_release(&holder, found[i].token, found[i].durable);
+		if (found[i].durable)
+			dlock_persist_delete(&req->key, found[i].token, found[i].version);
+		found[n++] = found[i];
+	}
+	*broken = found;
+	return n;
 }
 
 /*
- * Checks that token is the token of the live lease on the name and pins
- * that lease until the caller's transaction ends, so no newer token can be
- * granted meanwhile.  On failure says why; *current is the live token.
+ * Checks that token is the token of a live lease on the name and pins that
+ * lease until the caller's transaction ends, so it cannot end meanwhile.
+ * On failure says why; *current is the newest live token on the name.
  */
 DLockFenceResult
 dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	struct DLockOp *op;
-	DLockEntry *entry;
 	DLockFenceResult result;
 	Oid			member_of = InvalidOid;
 
@@ -396,24 +452,39 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 	for (;;)
 	{
 		Oid			other_role = InvalidOid;
+		DLockEntry *head;
+		DLockEntry *lease = NULL;
+		DLockEntry *each;
+		dlist_mutable_iter iter;
+		int64		now;
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
-		entry = dlock_find(&req->key, req->hash);
-		*current = entry != NULL ? entry->token : 0;
-		if (entry == NULL || entry->token < token)
-			result = DLOCK_FENCE_UNKNOWN;
-		else if (entry->token > token)
-			result = DLOCK_FENCE_STALE;
-		else if (!dlock_is_live(entry, dlock_mono_now()))
-			result = DLOCK_FENCE_EXPIRED;
-		else if (entry->roleid != req->roleid && entry->roleid != member_of)
+		now = dlock_mono_now();
+		*current = 0;
+		head = dlock_find(&req->key, req->hash);
+		if (head != NULL)
 		{
-			other_role = entry->roleid;
+			dlock_foreach_lease(each, head, iter)
+			{
+				if (each->token == token)
+					lease = each;
+				if (each->token > *current &&
+					(dlock_is_live(each, now) || each->token > token))
+					*current = each->token;
+			}
+		}
+		if (lease == NULL)
+			result = *current > token ? DLOCK_FENCE_STALE : DLOCK_FENCE_UNKNOWN;
+		else if (!dlock_is_live(lease, now))
+			result = *current > token ? DLOCK_FENCE_STALE : DLOCK_FENCE_EXPIRED;
+		else if (lease->roleid != req->roleid && lease->roleid != member_of)
+		{
+			other_role = lease->roleid;
 			result = DLOCK_FENCE_ROLE;
 		}
 		else
 		{
-			dlock_pin(entry, req->hash, 1);
+			dlock_pin(lease, 1);
 			dlock_xact_renew_set(op, token, 0, 0);
 			result = DLOCK_FENCE_OK;
 		}
@@ -428,84 +499,78 @@ void
 dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_deleted)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
-	DLockEntry *entry;
-	PGPROC	   *wake = NULL;
+	DLockEntry *lease;
 
+	dlock_wake_init();
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	entry = dlock_find(key, hash);
-	if (entry != NULL && entry->token == token)
+	lease = dlock_find_lease(key, hash, token);
+	if (lease != NULL)
 	{
+		DLockEntry *head = dlock_head_of(lease);
+
 		if (row_deleted)
-			entry->version = 0;
-		wake = dlock_handoff(entry, hash, dlock_mono_now());
+			lease->version = 0;
+		dlock_end_lease(lease);
+		dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
 	LWLockRelease(lock);
-	dlock_wake(wake);
+	dlock_wake_all();
 }
 
 /*
  * Moves the expiry of the lease if it still carries token (an undone
  * re-acquisition, or a renewal at commit), and drops the pin a renewal took
  * (unpin, also on abort), and sets the row version shown (version -1: keep).
- * A lease left expired goes to its next waiter.
+ * A lease left expired goes to the next waiters.
  */
 void
 dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 					   int64 expires, bool unpin, int64 version)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
-	DLockEntry *entry;
-	PGPROC	   *wake = NULL;
+	DLockEntry *lease;
 
+	dlock_wake_init();
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	entry = dlock_find(key, hash);
-	if (entry != NULL && entry->token == token)
+	lease = dlock_find_lease(key, hash, token);
+	if (lease != NULL)
 	{
-		int64		now = dlock_mono_now();
-
-		if (unpin && entry->pins > 0)
-			dlock_pin(entry, hash, -1);
+		if (unpin && lease->pins > 0)
+			dlock_pin(lease, -1);
 		if (expires != 0)
-			dlock_set_expires(entry, hash, expires);
+			dlock_set_expires(lease, expires);
 		if (version >= 0)
-			entry->version = version;
-		if (dlock_is_free(entry, now) && !dlist_is_empty(&entry->waiters))
-		{
-			dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
-			wake = dlock_handoff(entry, hash, now);
-		}
-		else
-			wake = dlock_head_needing_timer(entry);
+			lease->version = version;
+		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
 	LWLockRelease(lock);
-	dlock_wake(wake);
+	dlock_wake_all();
 }
 
 /*
  * Ends leases that are due (past expiry and lock-delay), partition by
- * partition, at most batch per partition per lock hold: each goes to its next
- * waiter, or is dropped, its row left for dlock_sweep().  Returns when the
- * next lease falls due (0: none), or now when a batch was cut short.
- * *mine counts this database's dropped memory-only leases.
+ * partition, at most batch per partition per lock hold: the next waiters get
+ * the name, and a durable lease's row is left for dlock_sweep().  Returns
+ * when the next lease falls due (0: none), or now when a batch was cut
+ * short.  *mine counts this database's ended memory-only leases.
  */
 int64
 dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
 {
-	PGPROC	  **wake = palloc(sizeof(PGPROC *) * batch);
 	int64		next = 0;
 	int64		now = dlock_mono_now();
 
+	dlock_wake_init();
 	for (int p = 0; p < DLOCK_PARTITIONS; p++)
 	{
 		LWLock	   *lock = dlock_partition_lock((uint32) p);
-		DLockEntry *entry;
+		DLockEntry *lease;
 		int			n = 0;
-		int			nwake = 0;
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
-		while ((entry = dlock_earliest(p)) != NULL && dlock_free_at(entry) <= now)
+		while ((lease = dlock_earliest(p)) != NULL && dlock_free_at(lease) <= now)
 		{
-			uint32		hash = dlock_key_hash(&entry->key);
+			DLockEntry *head = dlock_head_of(lease);
 
 			if (n++ == batch)
 			{
@@ -513,24 +578,16 @@ dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
 				break;
 			}
 			dlock_count(stat);
-			if (!dlist_is_empty(&entry->waiters))
-			{
-				wake[nwake++] = dlock_handoff(entry, hash, now);
-				continue;
-			}
-			if (entry->durable)
-				dlock_persist_note_dead_row(entry->key.dbid);
-			else if (entry->key.dbid == MyDatabaseId)
+			if (!lease->durable && lease->key.dbid == MyDatabaseId)
 				(*mine)++;
-			dlock_remove(entry, hash);
+			dlock_end_lease(lease);
+			dlock_settle(head, now, stat, false);
 		}
-		if (entry != NULL && next != now &&
-			(next == 0 || dlock_free_at(entry) < next))
-			next = dlock_free_at(entry);
+		if (lease != NULL && next != now &&
+			(next == 0 || dlock_free_at(lease) < next))
+			next = dlock_free_at(lease);
 		LWLockRelease(lock);
-		for (int i = 0; i < nwake; i++)
-			dlock_wake(wake[i]);
+		dlock_wake_all();
 	}
-	pfree(wake);
 	return next;
 }

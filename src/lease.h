@@ -17,7 +17,19 @@ typedef struct DLockRequest
 	Oid			roleid;
 	int64		ttl;			/* microseconds */
 	bool		durable;		/* a new grant goes to the lease table */
+	DLockMode	mode;
+	int32		permits;		/* 0: a plain lock; else a semaphore's size */
 } DLockRequest;
+
+/* A lease broken by dlock_force_release() */
+typedef struct DLockBroken
+{
+	DLockOwner	owner;
+	Oid			roleid;
+	uint64		token;
+	int64		version;
+	bool		durable;
+} DLockBroken;
 
 /* timeout: microseconds, 0 = do not wait, -1 = wait without limit */
 extern uint64 dlock_lease_acquire(const DLockRequest *req, int64 timeout);
@@ -34,8 +46,7 @@ typedef enum DLockFenceResult
 
 extern DLockFenceResult dlock_lease_fence(const DLockRequest *req, uint64 token,
 										  uint64 *current);
-extern bool dlock_lease_force_release(const DLockRequest *req, DLockOwner *owner,
-									  Oid *roleid, uint64 *token);
+extern int	dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken);
 
 /*
  * Frees the lease if it still carries token; used at commit and on undo.

@@ -394,7 +394,11 @@ claim_db_slot(void)
 	return NULL;				/* keep compiler quiet */
 }
 
-/* Drops this database's leases from shared memory (its table was replaced). */
+/*
+ * Drops this database's leases from shared memory (its table was replaced),
+ * except on names that have waiters.  Further leases go first, so each pass
+ * removes only the entry it is looking at.
+ */
 static void
 purge_database(void)
 {
@@ -405,8 +409,19 @@ purge_database(void)
 	dlock_scan_begin(&status);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (entry->key.dbid == MyDatabaseId && dlist_is_empty(&entry->waiters))
-			dlock_remove(entry, dlock_key_hash(&entry->key));
+		if (entry->key.dbid == MyDatabaseId && !dlock_is_head(entry) &&
+			dlist_is_empty(&entry->u.x.head->u.h.waiters))
+			dlock_end_lease(entry);
+	}
+	dlock_scan_begin(&status);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dbid != MyDatabaseId || !dlock_is_head(entry) ||
+			!dlist_is_empty(&entry->u.h.waiters))
+			continue;
+		if (entry->token != 0)
+			dlock_end_lease(entry);
+		dlock_drop_if_unused(entry);
 	}
 	dlock_unlock_all_partitions();
 }
@@ -427,7 +442,8 @@ load_rows(void)
 	 * after promotion, and must not miss leases replayed since.
 	 */
 	PushActiveSnapshot(GetLatestSnapshot());
-	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version"
+	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
+							 " mode = 'shared', coalesce(permits, 0)"
 							 " FROM %s WHERE expires_at > clock_timestamp()", lease_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
@@ -444,31 +460,43 @@ load_rows(void)
 		uint64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
 		DLockKey	key;
 		uint32		hash;
-		DLockEntry *entry;
+		DLockEntry *head;
+		DLockEntry *lease = NULL;
 		bool		found;
+		bool		full;
 		LWLock	   *lock;
 
 		dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 		hash = dlock_key_hash(&key);
 		lock = dlock_partition_lock(hash);
 		LWLockAcquire(lock, LW_EXCLUSIVE);
-		entry = dlock_find_or_create(&key, hash, &found);
-		if (entry != NULL && entry->token < token)
+		head = dlock_find_or_create(&key, hash, &found);
+		full = (head == NULL);
+		if (head != NULL && dlock_find_lease(&key, hash, token) == NULL)
 		{
-			entry->token = token;
-			entry->owner.len = VARSIZE_ANY_EXHDR(owner);
-			memcpy(entry->owner.str, VARDATA_ANY(owner), entry->owner.len);
-			entry->roleid = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
-			entry->granted_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
-			entry->pins = 0;
-			dlock_set_expires(entry, hash, mono_now +
-							  (DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now));
-			entry->version = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
-			entry->durable = true;
-			entry->holder_pid = 0;
+			if (head->nleases == 0)
+				head->permits = DatumGetInt32(SPI_getbinval(tuple, desc, 9, &isnull));
+			lease = dlock_restore(head, token);
+			full = (lease == NULL);
 		}
+		if (lease != NULL)
+		{
+			lease->owner.len = VARSIZE_ANY_EXHDR(owner);
+			memcpy(lease->owner.str, VARDATA_ANY(owner), lease->owner.len);
+			lease->roleid = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
+			lease->granted_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+			lease->version = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
+			lease->mode = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull)) ?
+				DLOCK_SHARED : DLOCK_EXCLUSIVE;
+			lease->durable = true;
+			lease->holder_pid = 0;
+			dlock_set_expires(lease, mono_now +
+							  (DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now));
+		}
+		else if (head != NULL)
+			dlock_drop_if_unused(head);
 		LWLockRelease(lock);
-		if (entry == NULL)
+		if (full)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("dlock lease table is full while restoring leases"),
@@ -642,15 +670,14 @@ dlock_persist_sweep_rows(void)
 		uint64		token = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
 		DLockKey	key;
 		uint32		hash;
-		DLockEntry *entry;
+		DLockEntry *lease;
 		bool		ended;
 
 		dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 		hash = dlock_key_hash(&key);
 		LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
-		entry = dlock_find(&key, hash);
-		ended = (entry == NULL || entry->token != token ||
-				 dlock_is_free(entry, dlock_mono_now()));
+		lease = dlock_find_lease(&key, hash, token);
+		ended = (lease == NULL || dlock_is_free(lease, dlock_mono_now()));
 		LWLockRelease(dlock_partition_lock(hash));
 		if (!ended)
 			continue;
@@ -672,25 +699,24 @@ dlock_persist_sweep_rows(void)
  * Row writes
  * --------------------------------------------------------------------- */
 
-/* Reads (version, token) of the row for key; false when there is none. */
+/* Reads the version of the lease's row; false when there is none. */
 static bool
-read_row(Datum name, int64 *version, uint64 *token)
+read_row(Datum name, uint64 token, int64 *version)
 {
-	Datum		args[1] = {name};
+	Datum		args[2] = {name, Int64GetDatum((int64) token)};
 	bool		isnull;
 
 	if (plan_read == NULL)
 	{
-		Oid			types[1] = {TEXTOID};
+		Oid			types[2] = {TEXTOID, INT8OID};
 
-		plan_read = prepare("SELECT version, token FROM %s WHERE name = $1", 1, types);
+		plan_read = prepare("SELECT version FROM %s WHERE name = $1 AND token = $2", 2, types);
 	}
 	if (SPI_execute_plan(plan_read, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read a dlock lease row");
 	if (SPI_processed == 0)
 		return false;
 	*version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	*token = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	return true;
 }
 
@@ -733,7 +759,6 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
 	{
 		bool		isnull;
-		uint64		row_token;
 
 		args[3] = Int64GetDatum(expected_version);
 		if (SPI_execute_plan(plan_update, args, NULL, false, 1) != SPI_OK_UPDATE_RETURNING)
@@ -744,7 +769,7 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
 												  SPI_tuptable->tupdesc, 1, &isnull));
 			break;
 		}
-		if (!read_row(args[0], &expected_version, &row_token) || row_token != token)
+		if (!read_row(args[0], token, &expected_version))
 			break;				/* the lease's row is gone */
 	}
 	if (attempt == MAX_CAS_ATTEMPTS)
@@ -753,26 +778,26 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
 }
 
 /*
- * Stores a lease as a compare-and-set on the row's version.  A new grant
- * (is_new) inserts its row or takes over an older lease's; expected_version
- * 0 means no row is known.  An extension or renewal only updates its own
- * row.  Returns the row's new version, or 0 when nothing was written (the
- * row holds a newer lease, or the lease's row is gone).
+ * Stores a lease.  A new grant (is_new) inserts its own row: its token is
+ * new, so no other row can be in the way.  An exclusive grant on a plain
+ * lock also deletes the rows of the name's older leases, which have all
+ * ended (the sweeper would, later).  An extension or renewal only updates
+ * its own row, by compare-and-set on the version it knows.  Returns the
+ * row's new version, or 0 when nothing was written (the lease's row is
+ * gone).
  */
 int64
-dlock_persist_write(const DLockKey *key, const DLockOwner *owner, Oid roleid,
-					uint64 token, TimestampTz granted_at, TimestampTz expires_at,
-					int64 expected_version, bool is_new)
+dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 {
 	AsOwner		saved;
-	Datum		args[7];
-	int64		version = 0;
-	int			attempt;
+	Datum		args[9];
+	bool		isnull;
+	int64		version;
 
 	spi_begin(&saved, true);
 	if (!is_new)
 	{
-		version = update_expiry(key, token, expires_at, expected_version);
+		version = update_expiry(key, row->token, row->expires_at, row->version);
 		spi_end(&saved);
 		if (version != 0)
 			ForceSyncCommit();
@@ -780,51 +805,32 @@ dlock_persist_write(const DLockKey *key, const DLockOwner *owner, Oid roleid,
 	}
 	if (plan_write == NULL)
 	{
-		Oid			types[7] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID};
+		Oid			types[9] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, BOOLOID};
 
-		plan_write = prepare("INSERT INTO %s AS l"
-							 " (name, owner, role, token, granted_at, expires_at, version)"
-							 " VALUES ($1, $2, $3, $4, $5, $6, 1)"
-							 " ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner,"
-							 " role = EXCLUDED.role, token = EXCLUDED.token,"
-							 " granted_at = EXCLUDED.granted_at, expires_at = EXCLUDED.expires_at,"
-							 " version = l.version + 1"
-							 " WHERE l.version = $7 AND l.token <= EXCLUDED.token"
-							 " RETURNING version", 7, types);
+		plan_write = prepare("WITH older AS (DELETE FROM %1$s WHERE $9 AND name = $1 AND token < $4)"
+							 " INSERT INTO %1$s"
+							 " (name, owner, role, token, granted_at, expires_at, version,"
+							 " mode, permits)"
+							 " VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)"
+							 " RETURNING version", 9, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
-	args[1] = PointerGetDatum(cstring_to_text_with_len(owner->str, owner->len));
-	args[2] = ObjectIdGetDatum(roleid);
-	args[3] = Int64GetDatum((int64) token);
-	args[4] = TimestampTzGetDatum(granted_at);
-	args[5] = TimestampTzGetDatum(expires_at);
-
-	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
-	{
-		bool		isnull;
-		uint64		row_token;
-
-		args[6] = Int64GetDatum(expected_version);
-		if (SPI_execute_plan(plan_write, args, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "could not write a dlock lease row");
-		if (SPI_processed == 1)
-		{
-			version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 1, &isnull));
-			break;
-		}
-		/* The compare failed: look at what is there now. */
-		if (!read_row(args[0], &expected_version, &row_token))
-			expected_version = 0;
-		else if (row_token > token)
-			break;				/* superseded by a newer lease */
-	}
+	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
+	args[2] = ObjectIdGetDatum(row->roleid);
+	args[3] = Int64GetDatum((int64) row->token);
+	args[4] = TimestampTzGetDatum(row->granted_at);
+	args[5] = TimestampTzGetDatum(row->expires_at);
+	args[6] = PointerGetDatum(cstring_to_text(dlock_mode_name(row->mode)));
+	args[7] = Int32GetDatum(row->permits);
+	args[8] = BoolGetDatum(row->mode == DLOCK_EXCLUSIVE && row->permits == 0);
+	if (SPI_execute_plan(plan_write, args, row->permits == 0 ? "       n " : NULL,
+						 false, 1) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		elog(ERROR, "could not write a dlock lease row");
+	version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull));
 	spi_end(&saved);
-	if (attempt == MAX_CAS_ATTEMPTS)
-		too_many_attempts(key);
-	if (version != 0)
-		ForceSyncCommit();
+	ForceSyncCommit();
 	return version;
 }
 
@@ -843,15 +849,11 @@ dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version)
 	args[1] = Int64GetDatum((int64) token);
 	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
 	{
-		uint64		row_token;
-
 		args[2] = Int64GetDatum(expected_version);
 		if (SPI_execute_plan(plan_delete, args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not delete a dlock lease row");
-		if (SPI_processed > 0 ||
-			!read_row(args[0], &expected_version, &row_token) ||
-			row_token != token)
-			break;				/* deleted, or the row is not this lease's */
+		if (SPI_processed > 0 || !read_row(args[0], token, &expected_version))
+			break;				/* deleted, or the lease has no row */
 	}
 	spi_end(&saved);
 	if (attempt == MAX_CAS_ATTEMPTS)
@@ -868,7 +870,7 @@ dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc, Oid fn_oid)
 	lookup_table(fn_oid);
 	spi_begin(&saved, false);
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
-							 " NULL::int, 0, version, true FROM %s"
+							 " NULL::int, 0, version, true, mode, permits FROM %s"
 							 " WHERE expires_at > clock_timestamp()", lease_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");

@@ -20,10 +20,20 @@ extern uint64 dlock_token_next(void);
 extern Size dlock_db_shmem_size(void);
 extern void dlock_db_shmem_init(void *base);
 extern void dlock_persist_ensure_loaded(Oid fn_oid);
-extern int64 dlock_persist_write(const DLockKey *key, const DLockOwner *owner,
-								 Oid roleid, uint64 token, TimestampTz granted_at,
-								 TimestampTz expires_at, int64 expected_version,
-								 bool is_new);
+/* What a lease row holds; version: the one last written (0: none) */
+typedef struct DLockRow
+{
+	DLockOwner	owner;
+	Oid			roleid;
+	uint64		token;
+	TimestampTz granted_at;
+	TimestampTz expires_at;
+	int64		version;
+	DLockMode	mode;
+	int32		permits;
+} DLockRow;
+
+extern int64 dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token,
 								 int64 expected_version);
 extern void dlock_persist_note_dead_row(Oid dbid);

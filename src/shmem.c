@@ -76,7 +76,7 @@ key_match_fn(const void *a, const void *b, Size keysize)
 	const DLockKey *ka = a;
 	const DLockKey *kb = b;
 
-	if (ka->dbid != kb->dbid || ka->len != kb->len)
+	if (ka->token != kb->token || ka->dbid != kb->dbid || ka->len != kb->len)
 		return 1;
 	return memcmp(ka->name, kb->name, ka->len);
 }
@@ -186,11 +186,28 @@ dlock_make_key(DLockKey *key, const char *name, int len)
 	memcpy(key->name, name, len);
 }
 
+const char *
+dlock_mode_name(DLockMode mode)
+{
+	return mode == DLOCK_SHARED ? "shared" : "exclusive";
+}
+
+/*
+ * Every lease of a name hashes to the name's partition: the token only
+ * changes the bits above the partition number.
+ */
 uint32
 dlock_key_hash(const DLockKey *key)
 {
-	return hash_combine(hash_bytes_uint32(key->dbid),
+	uint32		hash;
+
+	hash = hash_combine(hash_bytes_uint32(key->dbid),
 						hash_bytes((const unsigned char *) key->name, key->len));
+	if (key->token != 0)
+		hash ^= (uint32) hash_bytes_extended((const unsigned char *) &key->token,
+											 sizeof(uint64), 0) &
+			~(uint32) (DLOCK_PARTITIONS - 1);
+	return hash;
 }
 
 LWLock *
@@ -220,57 +237,121 @@ dlock_find(const DLockKey *key, uint32 hash)
 	return hash_search_with_hash_value(lock_hash, key, hash, HASH_FIND, NULL);
 }
 
+/* Counts one more entry against dlock.max_locks; false when full. */
+bool
+dlock_reserve(void)
+{
+	if (pg_atomic_fetch_add_u32(&shared->nentries, 1) >= (uint32) dlock_max_locks)
+	{
+		pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+		return false;
+	}
+	return true;
+}
+
+void
+dlock_unreserve(void)
+{
+	pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+}
+
+/* A new entry: no lease, no waiters.  Needs a reservation. */
+static DLockEntry *
+create_entry(const DLockKey *key, uint32 hash, DLockEntry *head)
+{
+	DLockEntry *entry;
+	bool		found;
+
+	/* the reservation keeps the count within the preallocated entries */
+	entry = hash_search_with_hash_value(lock_hash, key, hash, HASH_ENTER_NULL, &found);
+	if (entry == NULL)
+		return NULL;
+	Assert(!found);
+	entry->hash = hash;
+	entry->pins = 0;
+	entry->token = 0;
+	entry->expires = 0;
+	entry->granted_at = 0;
+	entry->version = 0;
+	if (head == NULL)
+	{
+		dlist_init(&entry->u.h.holders);
+		dlist_init(&entry->u.h.waiters);
+	}
+	else
+		entry->u.x.head = head;
+	entry->roleid = InvalidOid;
+	entry->holder_pid = 0;
+	entry->nwaiters = 0;
+	entry->nleases = 0;
+	entry->permits = 0;
+	entry->in_heap = false;
+	entry->durable = false;
+	entry->mode = DLOCK_EXCLUSIVE;
+	entry->owner.len = 0;
+	return entry;
+}
+
 /*
- * Returns NULL when the table is full.  The caller holds the partition lock
- * exclusively.
+ * The head entry of the name in key, created if needed.  Returns NULL when
+ * the table is full.  The caller holds the partition lock exclusively.
  */
 DLockEntry *
 dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found)
 {
 	DLockEntry *entry;
 
+	Assert(key->token == 0);
 	entry = hash_search_with_hash_value(lock_hash, key, hash, HASH_FIND, NULL);
+	*found = (entry != NULL);
 	if (entry != NULL)
-	{
-		*found = true;
 		return entry;
-	}
-
-	if (pg_atomic_fetch_add_u32(&shared->nentries, 1) >= (uint32) dlock_max_locks)
-	{
-		pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+	if (!dlock_reserve())
 		return NULL;
-	}
-	entry = hash_search_with_hash_value(lock_hash, key, hash, HASH_ENTER_NULL, found);
+	entry = create_entry(key, hash, NULL);
 	if (entry == NULL)
-	{
-		pg_atomic_fetch_sub_u32(&shared->nentries, 1);
-		return NULL;
-	}
-	Assert(!*found);
-	entry->token = 0;
-	entry->expires = 0;
-	entry->pins = 0;
-	entry->in_heap = false;
-	entry->granted_at = 0;
-	entry->roleid = InvalidOid;
-	entry->holder_pid = 0;
-	entry->durable = false;
-	entry->version = 0;
-	entry->nwaiters = 0;
-	dlist_init(&entry->waiters);
-	entry->owner.len = 0;
+		dlock_unreserve();
 	return entry;
 }
 
-void
-dlock_remove(DLockEntry *entry, uint32 hash)
+/* The lease with token on the name of key (a head's key), or NULL. */
+DLockEntry *
+dlock_find_lease(const DLockKey *key, uint32 hash, uint64 token)
 {
-	Assert(dlist_is_empty(&entry->waiters));
-	if (entry->in_heap)
-		pairingheap_remove(&shared->heaps[hash % DLOCK_PARTITIONS], &entry->heap_node);
-	hash_search_with_hash_value(lock_hash, &entry->key, hash, HASH_REMOVE, NULL);
-	pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+	DLockEntry *head = dlock_find(key, hash);
+	DLockKey	lkey;
+
+	if (head == NULL || token == 0)
+		return NULL;
+	if (head->token == token)
+		return head;
+	if (dlist_is_empty(&head->u.h.holders))
+		return NULL;
+	memcpy(&lkey, key, offsetof(DLockKey, name) + key->len);
+	memset(lkey.name + key->len, 0, DLOCK_NAME_MAX - key->len);
+	lkey.token = token;
+	return dlock_find(&lkey, dlock_key_hash(&lkey));
+}
+
+DLockEntry *
+dlock_next_lease(DLockEntry *head, dlist_mutable_iter *iter)
+{
+	if (iter->next == iter->end)
+		return NULL;
+	iter->cur = iter->next;
+	iter->next = iter->cur->next;
+	return dlist_container(DLockEntry, u.x.node, iter->cur);
+}
+
+DLockEntry *
+dlock_first_lease(DLockEntry *head, dlist_mutable_iter *iter)
+{
+	iter->end = &head->u.h.holders.head;
+	iter->cur = NULL;
+	iter->next = head->u.h.holders.head.next;
+	if (head->token != 0)
+		return head;
+	return dlock_next_lease(head, iter);
 }
 
 /* The caller holds every partition lock. */
@@ -308,9 +389,9 @@ dlock_is_free(const DLockEntry *entry, int64 now)
 
 /* Puts the entry where it belongs in its partition's expiry heap. */
 static void
-heap_update(DLockEntry *entry, uint32 hash)
+heap_update(DLockEntry *entry)
 {
-	pairingheap *heap = &shared->heaps[hash % DLOCK_PARTITIONS];
+	pairingheap *heap = &shared->heaps[entry->hash % DLOCK_PARTITIONS];
 
 	if (entry->in_heap)
 		pairingheap_remove(heap, &entry->heap_node);
@@ -324,19 +405,19 @@ heap_update(DLockEntry *entry, uint32 hash)
 }
 
 void
-dlock_set_expires(DLockEntry *entry, uint32 hash, int64 expires)
+dlock_set_expires(DLockEntry *entry, int64 expires)
 {
 	entry->expires = expires;
-	heap_update(entry, hash);
+	heap_update(entry);
 }
 
 /* A pinned lease leaves the heap: nothing may expire it until unpinned. */
 void
-dlock_pin(DLockEntry *entry, uint32 hash, int delta)
+dlock_pin(DLockEntry *entry, int delta)
 {
 	entry->pins += delta;
 	Assert(entry->pins >= 0);
-	heap_update(entry, hash);
+	heap_update(entry);
 }
 
 /* The lease of the partition that expires first; caller holds its lock. */
@@ -351,22 +432,166 @@ dlock_earliest(int partition)
 }
 
 /*
- * Gives the lease to a new holder with a fresh fencing token.  The row
- * version is kept: it still describes what the table holds for the name.
+ * Whether a lease in mode would conflict with the name's leases that are
+ * not yet free (ended ones inside their lock-delay count, too).
+ */
+bool
+dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now)
+{
+	dlist_mutable_iter iter;
+	DLockEntry *lease;
+	int			held = 0;
+
+	dlock_foreach_lease(lease, head, iter)
+	{
+		if (dlock_is_free(lease, now))
+			continue;
+		if (head->permits == 0 &&
+			(mode == DLOCK_EXCLUSIVE || lease->mode == DLOCK_EXCLUSIVE))
+			return true;
+		held++;
+	}
+	return head->permits != 0 && held >= head->permits;
+}
+
+/*
+ * Puts a lease with token on head's name: in the head when it has none,
+ * else in a further entry.  reserved: the caller already counted that entry
+ * (a queued waiter did).  Returns NULL when the table is full.
+ */
+static DLockEntry *
+place_lease(DLockEntry *head, uint64 token, bool reserved)
+{
+	DLockEntry *lease;
+
+	Assert(dlock_is_head(head));
+	if (head->token == 0)
+	{
+		if (reserved)
+			dlock_unreserve();
+		lease = head;
+	}
+	else
+	{
+		DLockKey	key;
+
+		if (!reserved && !dlock_reserve())
+			return NULL;
+		memcpy(&key, &head->key, sizeof(DLockKey));
+		key.token = token;
+		lease = create_entry(&key, dlock_key_hash(&key), head);
+		if (lease == NULL)
+		{
+			dlock_unreserve();
+			return NULL;
+		}
+		dlist_push_tail(&head->u.h.holders, &lease->u.x.node);
+	}
+	head->nleases++;
+	lease->token = token;
+	lease->version = 0;
+	lease->pins = 0;
+	return lease;
+}
+
+/*
+ * Gives a new lease on head's name with a fresh fencing token.  Returns
+ * NULL when the table is full.
+ */
+DLockEntry *
+dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
+			int64 ttl, int64 now, bool durable, DLockMode mode, bool reserved)
+{
+	DLockEntry *lease;
+
+	if (head->token != 0 && !reserved)
+	{
+		if (!dlock_reserve())
+			return NULL;
+		reserved = true;
+	}
+	lease = place_lease(head, dlock_token_next(), reserved);
+	if (lease == NULL)
+		return NULL;
+	lease->durable = durable;
+	lease->mode = mode;
+	dlock_count(DLOCK_STAT_GRANTS);
+	dlock_set_expires(lease, now + ttl);
+	lease->granted_at = GetCurrentTimestamp();
+	lease->roleid = roleid;
+	lease->holder_pid = pid;
+	memcpy(&lease->owner, owner, offsetof(DLockOwner, str) + owner->len);
+	return lease;
+}
+
+/*
+ * A lease with a known token, for restoring the lease table; the caller
+ * fills it in and sets its expiry.  NULL when the table is full.
+ */
+DLockEntry *
+dlock_restore(DLockEntry *head, uint64 token)
+{
+	return place_lease(head, token, false);
+}
+
+/*
+ * Ends a lease: the head forgets its own, a further lease goes away.  The
+ * name's head stays (see dlock_drop_if_unused).  A durable lease whose row
+ * is still in the table leaves it for the sweeper.
  */
 void
-dlock_grant(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
-			Oid roleid, int pid, int64 ttl, int64 now, bool durable)
+dlock_end_lease(DLockEntry *lease)
 {
-	entry->token = dlock_token_next();
-	entry->durable = durable;
-	entry->pins = 0;
-	dlock_count(DLOCK_STAT_GRANTS);
-	dlock_set_expires(entry, hash, now + ttl);
-	entry->granted_at = GetCurrentTimestamp();
-	entry->roleid = roleid;
-	entry->holder_pid = pid;
-	memcpy(&entry->owner, owner, offsetof(DLockOwner, str) + owner->len);
+	DLockEntry *head = dlock_head_of(lease);
+
+	Assert(lease->token != 0);
+	if (lease->durable && lease->version != 0)
+		dlock_persist_note_dead_row(lease->key.dbid);
+	if (lease->in_heap)
+		pairingheap_remove(&shared->heaps[lease->hash % DLOCK_PARTITIONS], &lease->heap_node);
+	lease->in_heap = false;
+	head->nleases--;
+	if (lease == head)
+	{
+		lease->token = 0;
+		lease->pins = 0;
+		lease->version = 0;
+		lease->durable = false;
+		return;
+	}
+	dlist_delete(&lease->u.x.node);
+	hash_search_with_hash_value(lock_hash, &lease->key, lease->hash, HASH_REMOVE, NULL);
+	dlock_unreserve();
+}
+
+/* Removes a head that has neither leases nor waiters. */
+void
+dlock_drop_if_unused(DLockEntry *head)
+{
+	Assert(dlock_is_head(head));
+	if (head->nleases > 0 || !dlist_is_empty(&head->u.h.waiters))
+		return;
+	hash_search_with_hash_value(lock_hash, &head->key, head->hash, HASH_REMOVE, NULL);
+	dlock_unreserve();
+}
+
+/*
+ * When the next of the name's leases may become free: the earliest end of
+ * an unpinned one (0: none; a pinned one ends only when unpinned).
+ */
+int64
+dlock_next_free_at(DLockEntry *head)
+{
+	dlist_mutable_iter iter;
+	DLockEntry *lease;
+	int64		next = 0;
+
+	dlock_foreach_lease(lease, head, iter)
+	{
+		if (lease->pins == 0 && (next == 0 || dlock_free_at(lease) < next))
+			next = dlock_free_at(lease);
+	}
+	return next;
 }
 
 void
@@ -393,7 +618,11 @@ dlock_counters_reset(void)
 	SpinLockRelease(&shared->stats_mutex);
 }
 
-/* Entries in the table: held leases, and ended ones not yet reclaimed. */
+/*
+ * Entries in the table: leases (held, or ended and not yet reclaimed), and
+ * heads of names whose own lease ended while others remain or that have
+ * only waiters.
+ */
 uint32
 dlock_entry_count(void)
 {

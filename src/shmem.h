@@ -2,9 +2,12 @@
  * shmem.h
  *		The shared-memory lease table: a partitioned hash of named leases.
  *
- * An entry exists while its name is held or has waiters.  Every field of an
- * entry, and the queue of waiters hanging off it, is protected by the LWLock
- * of the entry's partition.
+ * A name has a head entry while it is held or has waiters.  The head carries
+ * the name's queue of waiters, its kind (a plain lock or a semaphore) and
+ * one lease; the name's further leases (more shared holders, more permits)
+ * are entries of their own, keyed by name and token, in the same partition.
+ * Every field of an entry, and the queue hanging off a head, is protected by
+ * the LWLock of the name's partition.
  */
 #ifndef DLOCK_SHMEM_H
 #define DLOCK_SHMEM_H
@@ -20,10 +23,17 @@
 
 typedef struct DLockKey
 {
+	uint64		token;			/* 0: the name's head; else a further lease */
 	Oid			dbid;
 	uint16		len;
 	char		name[DLOCK_NAME_MAX];
 } DLockKey;
+
+typedef enum DLockMode
+{
+	DLOCK_EXCLUSIVE,
+	DLOCK_SHARED
+} DLockMode;
 
 typedef struct DLockOwner
 {
@@ -34,20 +44,37 @@ typedef struct DLockOwner
 typedef struct DLockEntry
 {
 	DLockKey	key;			/* hash key: must be first */
-	uint64		token;			/* fencing token of the lease; 0 = free */
-	int64		expires;		/* monotonic clock, microseconds; set it with
-								 * dlock_set_expires() */
+	uint32		hash;			/* of key */
 	int32		pins;			/* open transactions that renewed or fenced
 								 * the lease: it cannot end before they do */
-	bool		in_heap;		/* in its partition's expiry heap */
+	uint64		token;			/* fencing token of the lease; 0 = none */
+	int64		expires;		/* monotonic clock, microseconds; set it with
+								 * dlock_set_expires() */
 	pairingheap_node heap_node;
 	TimestampTz granted_at;		/* wall clock, for display */
+	int64		version;		/* version of its table row, as last written */
+	union
+	{
+		struct					/* a head (key.token 0) */
+		{
+			dlist_head	holders;	/* the further leases */
+			dlist_head	waiters;	/* DLockWaiter, FIFO */
+		}			h;
+		struct					/* a further lease */
+		{
+			dlist_node	node;	/* in its head's holders */
+			struct DLockEntry *head;
+		}			x;
+	}			u;
 	Oid			roleid;			/* role that took the lease */
 	int			holder_pid;		/* backend that took or last extended it */
+	int32		nwaiters;		/* head: length of waiters */
+	int32		nleases;		/* head: leases of the name, its own included */
+	int32		permits;		/* head: 0 for a plain lock, else a semaphore
+								 * of that many permits */
+	bool		in_heap;		/* in its partition's expiry heap */
 	bool		durable;		/* stored in the lease table */
-	int64		version;		/* version of its table row, as last written */
-	int			nwaiters;
-	dlist_head	waiters;		/* DLockWaiter, FIFO */
+	uint8		mode;			/* DLockMode of the lease */
 	DLockOwner	owner;
 } DLockEntry;
 
@@ -79,6 +106,7 @@ extern int64 dlock_mono_now(void);
 extern TimestampTz dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wall_now);
 
 extern void dlock_make_key(DLockKey *key, const char *name, int len);
+extern const char *dlock_mode_name(DLockMode mode);
 extern uint32 dlock_key_hash(const DLockKey *key);
 extern LWLock *dlock_partition_lock(uint32 hash);
 extern void dlock_lock_all_partitions(LWLockMode mode);
@@ -86,17 +114,40 @@ extern void dlock_unlock_all_partitions(void);
 
 extern DLockEntry *dlock_find(const DLockKey *key, uint32 hash);
 extern DLockEntry *dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found);
-extern void dlock_remove(DLockEntry *entry, uint32 hash);
+extern DLockEntry *dlock_find_lease(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_scan_begin(HASH_SEQ_STATUS *status);
+
+#define dlock_is_head(entry)	((entry)->key.token == 0)
+#define dlock_head_of(entry) \
+	(dlock_is_head(entry) ? (entry) : (entry)->u.x.head)
 
 extern bool dlock_owner_equal(const DLockOwner *a, const DLockOwner *b);
 extern bool dlock_is_live(const DLockEntry *entry, int64 now);
 extern bool dlock_is_free(const DLockEntry *entry, int64 now);
 extern int64 dlock_free_at(const DLockEntry *entry);
-extern void dlock_grant(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
-						Oid roleid, int pid, int64 ttl, int64 now, bool durable);
-extern void dlock_set_expires(DLockEntry *entry, uint32 hash, int64 expires);
-extern void dlock_pin(DLockEntry *entry, uint32 hash, int delta);
+extern void dlock_set_expires(DLockEntry *entry, int64 expires);
+extern void dlock_pin(DLockEntry *entry, int delta);
 extern DLockEntry *dlock_earliest(int partition);
+
+/*
+ * The leases of a name: the head's own (when it has one), then the further
+ * ones.  The current one may be ended inside the loop, no other.
+ */
+#define dlock_foreach_lease(lease, head, iter) \
+	for ((lease) = dlock_first_lease(head, &(iter)); (lease) != NULL; \
+		 (lease) = dlock_next_lease(head, &(iter)))
+extern DLockEntry *dlock_first_lease(DLockEntry *head, dlist_mutable_iter *iter);
+extern DLockEntry *dlock_next_lease(DLockEntry *head, dlist_mutable_iter *iter);
+
+extern bool dlock_reserve(void);
+extern void dlock_unreserve(void);
+extern bool dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now);
+extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid,
+							   int pid, int64 ttl, int64 now, bool durable,
+							   DLockMode mode, bool reserved);
+extern DLockEntry *dlock_restore(DLockEntry *head, uint64 token);
+extern void dlock_end_lease(DLockEntry *lease);
+extern void dlock_drop_if_unused(DLockEntry *head);
+extern int64 dlock_next_free_at(DLockEntry *head);
 
 #endif							/* DLOCK_SHMEM_H */

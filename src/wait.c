@@ -3,10 +3,11 @@
  *		Waiting for a lease without polling.
  *
  * A waiter sleeps on its own latch.  Whoever frees a lease (a release, an
- * aborted acquisition, an expiry noticed by anyone) grants it to the head of
- * the queue in place and sets that one latch.  The head waiter also arms a
- * timer for the holder's expiry, so a dead holder is replaced on time even
- * with no worker running; the others sleep until their own deadline.
+ * aborted acquisition, an expiry noticed by anyone) grants the name to the
+ * waiters at the front of the queue that fit and sets their latches.  The
+ * head waiter also arms a timer for the holders' expiry, so a dead holder is
+ * replaced on time even with no worker running; the others sleep until their
+ * own deadline.
  */
 #include "postgres.h"
 
@@ -23,6 +24,10 @@
 static DLockWaiter *slots = NULL;
 static DLockWaiter *my_slot = NULL;
 static WaitEventSet *wait_set = NULL;
+
+/* latches to set once the partition locks are released */
+static PGPROC **to_wake = NULL;
+static int	nto_wake = 0;
 
 Size
 dlock_wait_shmem_size(void)
@@ -42,6 +47,37 @@ dlock_waiter_slots(int *count)
 {
 	*count = MaxBackends;
 	return slots;
+}
+
+void
+dlock_wake_init(void)
+{
+	if (to_wake == NULL)
+		to_wake = MemoryContextAlloc(TopMemoryContext, sizeof(PGPROC *) * MaxBackends);
+}
+
+/* Each backend waits in one queue at a time, so MaxBackends slots suffice. */
+void
+dlock_wake_later(PGPROC *proc)
+{
+	Assert(to_wake != NULL);
+	if (proc == NULL)
+		return;
+	for (int i = 0; i < nto_wake; i++)
+	{
+		if (to_wake[i] == proc)
+			return;
+	}
+	if (nto_wake < MaxBackends)
+		to_wake[nto_wake++] = proc;
+}
+
+void
+dlock_wake_all(void)
+{
+	for (int i = 0; i < nto_wake; i++)
+		SetLatch(&to_wake[i]->procLatch);
+	nto_wake = 0;
 }
 
 static void dlock_abandon_wait(void);
@@ -82,17 +118,17 @@ dlock_wait_prepare(void)
 	before_shmem_exit(wait_exit_callback, (Datum) 0);
 }
 
-/* The caller holds the entry's partition lock exclusively. */
+/* The caller holds the name's partition lock exclusively. */
 void
-dlock_enqueue(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
-			  Oid roleid, int64 ttl, int64 deadline, bool durable)
+dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
+			  int64 ttl, int64 deadline, bool durable, DLockMode mode, bool reserved)
 {
 	DLockWaiter *w = my_slot;
 
-	Assert(w != NULL && w->state == DLOCK_WAIT_NONE);
-	w->entry = entry;
-	memcpy(&w->key, &entry->key, sizeof(DLockKey));
-	w->hash = hash;
+	Assert(w != NULL && w->state == DLOCK_WAIT_NONE && dlock_is_head(head));
+	w->head = head;
+	memcpy(&w->key, &head->key, sizeof(DLockKey));
+	w->hash = head->hash;
 	w->token = 0;
 	w->ttl = ttl;
 	w->deadline = deadline;
@@ -102,84 +138,97 @@ dlock_enqueue(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
 		dlock_mono_to_wall(deadline, dlock_mono_now(), w->since);
 	w->roleid = roleid;
 	w->durable = durable;
+	w->mode = mode;
+	w->reserved = reserved;
 	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
 	w->state = DLOCK_WAIT_QUEUED;
 	dlock_count(DLOCK_STAT_WAITS);
-	dlist_push_tail(&entry->waiters, &w->node);
-	entry->nwaiters++;
+	dlist_push_tail(&head->u.h.waiters, &w->node);
+	head->nwaiters++;
 }
 
 /*
- * Grants a freed lease to the next waiter, or drops the entry when nobody
- * waits.  Returns the process to wake once the partition lock is released.
- */
-PGPROC *
-dlock_handoff(DLockEntry *entry, uint32 hash, int64 now)
-{
-	DLockWaiter *w;
-
-	if (dlist_is_empty(&entry->waiters))
-	{
-		dlock_remove(entry, hash);
-		return NULL;
-	}
-	w = dlist_container(DLockWaiter, node, dlist_pop_head_node(&entry->waiters));
-	entry->nwaiters--;
-	dlock_grant(entry, hash, &w->owner, w->roleid, w->pid, w->ttl, now, w->durable);
-	w->token = entry->token;
-	w->state = DLOCK_WAIT_GRANTED;
-	return w->proc;
-}
-
-void
-dlock_wake(PGPROC *proc)
-{
-	if (proc != NULL)
-		SetLatch(&proc->procLatch);
-}
-
-/*
- * When the head waiter must look again: when the lease ends (plus any
- * lock-delay), or never while a transaction pins it (unpinning wakes it).
+ * When the head waiter must look again: when the next lease of the name
+ * may end (plus any lock-delay), or at its deadline if that comes first.
+ * Pinned leases end only when unpinned, which settles the name again.
  */
 static int64
-head_timer(const DLockEntry *entry, int64 deadline)
+head_timer(DLockEntry *head, int64 deadline)
 {
-	int64		free_at = dlock_free_at(entry);
+	int64		free_at = dlock_next_free_at(head);
 
-	if (entry->pins > 0 || (deadline != 0 && deadline < free_at))
+	if (free_at == 0 || (deadline != 0 && deadline < free_at))
 		return deadline;
 	return free_at;
 }
 
 /*
- * The head waiter must time the holder's expiry.  If its own timer fires
- * later than that, wake it once so it re-arms.  Caller holds the lock.
+ * Brings a name up to date after any change: ends its leases that are free,
+ * grants the waiters at the front of the queue that no longer conflict,
+ * makes sure the head waiter's timer is right, and drops the name when
+ * nothing is left.  Latches to set are collected for dlock_wake_all().
+ * stat counts the leases found ended here.  The caller holds the partition
+ * lock exclusively; head is gone afterwards unless keep.
  */
-PGPROC *
-dlock_head_needing_timer(DLockEntry *entry)
+void
+dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 {
-	DLockWaiter *head;
+	dlist_mutable_iter iter;
+	DLockEntry *lease;
 
-	if (entry == NULL || dlist_is_empty(&entry->waiters) || entry->token == 0)
-		return NULL;
-	head = dlist_container(DLockWaiter, node, dlist_head_node(&entry->waiters));
-	if (head->wake_at == head_timer(entry, head->deadline))
-		return NULL;
-	return head->proc;
+	dlock_foreach_lease(lease, head, iter)
+	{
+		if (!dlock_is_free(lease, now))
+			continue;
+		dlock_count(stat);
+		dlock_end_lease(lease);
+	}
+
+	while (!dlist_is_empty(&head->u.h.waiters))
+	{
+		DLockWaiter *w = dlist_container(DLockWaiter, node,
+										 dlist_head_node(&head->u.h.waiters));
+
+		if (dlock_conflicts(head, (DLockMode) w->mode, now))
+			break;
+		lease = dlock_grant(head, &w->owner, w->roleid, w->pid, w->ttl, now,
+							w->durable, (DLockMode) w->mode, w->reserved);
+		if (lease == NULL)
+			break;				/* not reserved and full: it waits on */
+		dlist_pop_head_node(&head->u.h.waiters);
+		head->nwaiters--;
+		w->reserved = false;
+		w->token = lease->token;
+		w->state = DLOCK_WAIT_GRANTED;
+		dlock_wake_later(w->proc);
+	}
+
+	if (!dlist_is_empty(&head->u.h.waiters))
+	{
+		DLockWaiter *w = dlist_container(DLockWaiter, node,
+										 dlist_head_node(&head->u.h.waiters));
+
+		/* its own timer fires too late: wake it once so it re-arms */
+		if (w->proc != MyProc && w->wake_at != head_timer(head, w->deadline))
+			dlock_wake_later(w->proc);
+	}
+	if (!keep)
+		dlock_drop_if_unused(head);
 }
 
 static void
-dequeue(DLockWaiter *w, PGPROC **baton)
+dequeue(DLockWaiter *w, int64 now)
 {
-	DLockEntry *entry = w->entry;
-	bool		was_head = (dlist_head_node(&entry->waiters) == &w->node);
+	DLockEntry *head = w->head;
 
 	dlist_delete(&w->node);
-	entry->nwaiters--;
+	head->nwaiters--;
+	if (w->reserved)
+		dlock_unreserve();
+	w->reserved = false;
 	w->state = DLOCK_WAIT_NONE;
-	if (was_head)
-		*baton = dlock_head_needing_timer(entry);
+	/* those queued behind may fit now */
+	dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
 }
 
 /*
@@ -191,25 +240,30 @@ dlock_abandon_wait(void)
 {
 	DLockWaiter *w = my_slot;
 	LWLock	   *lock;
-	PGPROC	   *wake = NULL;
 
 	if (w == NULL || w->state == DLOCK_WAIT_NONE)
 		return;
 
+	dlock_wake_init();
 	lock = dlock_partition_lock(w->hash);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	if (w->state == DLOCK_WAIT_QUEUED)
-		dequeue(w, &wake);
+		dequeue(w, dlock_mono_now());
 	else if (w->state == DLOCK_WAIT_GRANTED)
 	{
-		DLockEntry *entry = dlock_find(&w->key, w->hash);
+		DLockEntry *lease = dlock_find_lease(&w->key, w->hash, w->token);
 
-		if (entry != NULL && entry->token == w->token)
-			wake = dlock_handoff(entry, w->hash, dlock_mono_now());
+		if (lease != NULL)
+		{
+			DLockEntry *head = dlock_head_of(lease);
+
+			dlock_end_lease(lease);
+			dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
+		}
 		w->state = DLOCK_WAIT_NONE;
 	}
 	LWLockRelease(lock);
-	dlock_wake(wake);
+	dlock_wake_all();
 }
 
 static void
@@ -239,47 +293,38 @@ static bool
 check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 {
 	LWLock	   *lock = dlock_partition_lock(w->hash);
-	PGPROC	   *wake = NULL;
 	bool		done = false;
-	DLockEntry *entry;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	*now = dlock_mono_now();
-	entry = w->entry;
 
-	/* Our holder died: we are next in line, so take the lease ourselves. */
+	/* We are next in line: end dead holders ourselves and take our turn. */
 	if (w->state == DLOCK_WAIT_QUEUED &&
-		dlist_head_node(&entry->waiters) == &w->node &&
-		dlock_is_free(entry, *now))
-	{
-		dlock_count(DLOCK_STAT_EXPIRED_BY_CALLER);
-		(void) dlock_handoff(entry, w->hash, *now);
-	}
+		dlist_head_node(&w->head->u.h.waiters) == &w->node)
+		dlock_settle(w->head, *now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
 
 	if (w->state == DLOCK_WAIT_GRANTED)
 	{
 		*token = w->token;
 		w->state = DLOCK_WAIT_NONE;
-		/* The lease may already be gone if its ttl was tiny. */
-		wake = dlock_head_needing_timer(dlock_find(&w->key, w->hash));
 		done = true;
 	}
 	else if (w->deadline != 0 && *now >= w->deadline)
 	{
 		dlock_count(DLOCK_STAT_TIMEOUTS);
-		dequeue(w, &wake);
+		dequeue(w, *now);
 		*token = 0;
 		done = true;
 	}
 	else
 	{
-		bool		is_head = dlist_head_node(&entry->waiters) == &w->node;
+		bool		is_head = dlist_head_node(&w->head->u.h.waiters) == &w->node;
 
-		*wake_at = is_head ? head_timer(entry, w->deadline) : w->deadline;
+		*wake_at = is_head ? head_timer(w->head, w->deadline) : w->deadline;
 		w->wake_at = *wake_at;
 	}
 	LWLockRelease(lock);
-	dlock_wake(wake);
+	dlock_wake_all();
 	return done;
 }
 

@@ -2,10 +2,12 @@
  * wait.h
  *		Queues of waiters and the handoff of a freed lease to the next one.
  *
- * Each backend owns one waiter slot.  While queued, the slot hangs off an
- * entry's FIFO list and is protected by that entry's partition lock.  A
- * release grants the lease to the head waiter in place and sets only that
- * waiter's latch: nobody polls and nobody else wakes.
+ * Each backend owns one waiter slot.  While queued, the slot hangs off a
+ * name's FIFO list and is protected by the name's partition lock.  Whoever
+ * frees a lease grants the name to the waiters at the front of the queue
+ * that no longer conflict (one exclusive, or a run of shared ones, or as many
+ * as there are free permits) and sets only their latches: nobody polls and
+ * nobody else wakes.
  */
 #ifndef DLOCK_WAIT_H
 #define DLOCK_WAIT_H
@@ -27,8 +29,9 @@ typedef struct DLockWaiter
 	PGPROC	   *proc;
 	int			pid;
 	DLockWaitState state;
-	DLockEntry *entry;			/* the entry waited on, while queued */
-	DLockKey	key;			/* its key, to find the lease once granted */
+	DLockEntry *head;			/* the name's head, while queued */
+	DLockKey	key;			/* the head's key, to find the lease once
+								 * granted */
 	uint32		hash;			/* hash of that key */
 	int64		wake_at;		/* when this waiter's own timer fires; 0 = never */
 	uint64		token;			/* set when granted */
@@ -38,19 +41,29 @@ typedef struct DLockWaiter
 	TimestampTz deadline_wall;	/* for display; 0 = none */
 	Oid			roleid;
 	bool		durable;
+	uint8		mode;			/* DLockMode asked for */
+	bool		reserved;		/* counted an entry for its lease */
 	DLockOwner	owner;
 } DLockWaiter;
 
 extern Size dlock_wait_shmem_size(void);
 extern void dlock_wait_shmem_init(void *base);
 
-extern void dlock_enqueue(DLockEntry *entry, uint32 hash, const DLockOwner *owner,
-						  Oid roleid, int64 ttl, int64 deadline, bool durable);
+extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
+						  int64 ttl, int64 deadline, bool durable, DLockMode mode,
+						  bool reserved);
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_sleep(void);
-extern PGPROC *dlock_handoff(DLockEntry *entry, uint32 hash, int64 now);
-extern void dlock_wake(PGPROC *proc);
-extern PGPROC *dlock_head_needing_timer(DLockEntry *entry);
+extern void dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep);
 extern DLockWaiter *dlock_waiter_slots(int *count);
+
+/*
+ * Latches to set are collected while partition locks are held and set
+ * after they are released.  dlock_wake_init() must run before any lock is
+ * taken, as it may allocate.
+ */
+extern void dlock_wake_init(void);
+extern void dlock_wake_later(PGPROC *proc);
+extern void dlock_wake_all(void);
 
 #endif							/* DLOCK_WAIT_H */

@@ -13,6 +13,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "wait.h"
 #include "xact.h"
 
 typedef enum DLockOpKind
@@ -375,6 +376,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 void
 dlock_xact_register(void)
 {
+	dlock_wake_init();
 	if (registered)
 		return;
 	RegisterXactCallback(xact_callback, NULL);
