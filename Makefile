@@ -8,11 +8,11 @@ OBJS = src/dlock.o src/shmem.o src/wait.o src/xact.o src/lease.o src/persist.o s
 DATA = sql/dlock--$(EXTVERSION).sql
 
 # pg_regress tests in sql/, run in this order (setup creates the extension)
-REGRESS = setup api errors xact durable fence hostile capacity
+REGRESS = setup api errors xact durable fence hostile modes capacity
 REGRESS_OPTS = --temp-config=$(srcdir)/test/dlock.conf \
 	--temp-instance=./tmp_regress
 # isolation specs in test/specs, in this order (helpers creates shared functions)
-ISOLATION = helpers contention fifo waiter_exit expiry owner queue xact sweep fence versioned
+ISOLATION = helpers contention fifo waiter_exit expiry owner queue xact sweep fence versioned rwlock semaphore multilock
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso \
 	--temp-config=$(srcdir)/test/dlock.conf --temp-instance=./tmp_iso \
 	--load-extension=dlock
