@@ -39,6 +39,8 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "port/atomics.h"
+
 #include "persist.h"
 
 /* ---------------------------------------------------------------------
@@ -52,9 +54,10 @@
 
 typedef struct TokenState
 {
-	LWLock	   *lock;
-	uint64		next;			/* next token to hand out */
-	uint64		reserved_end;	/* the file covers every token below this */
+	LWLock	   *lock;			/* serializes reservations and floor raises */
+	pg_atomic_uint64 next;		/* next token to hand out */
+	pg_atomic_uint64 reserved_end;	/* the file covers every token below
+									 * this; only published after fsync */
 } TokenState;
 
 static TokenState *tokens = NULL;
@@ -93,8 +96,19 @@ dlock_token_shmem_init(void *base, LWLock *lock)
 		FreeFile(file);
 	}
 	/* Anything below the reservation may have been handed out already. */
-	tokens->next = end;
-	tokens->reserved_end = end;
+	pg_atomic_init_u64(&tokens->next, end);
+	pg_atomic_init_u64(&tokens->reserved_end, end);
+}
+
+/* Moves next up to floor if it is below; the caller holds the token lock. */
+static void
+raise_next(uint64 floor)
+{
+	uint64		cur = pg_atomic_read_u64(&tokens->next);
+
+	while (cur < floor &&
+		   !pg_atomic_compare_exchange_u64(&tokens->next, &cur, floor))
+		;
 }
 
 static void
@@ -119,26 +133,39 @@ reserve_tokens(uint64 end)
 
 /*
  * Returns a token above every token handed out before.  Callers may hold a
- * partition lock; a reservation (one file write and fsync per million
- * tokens, or after a promotion) happens under the token lock.
+ * partition lock.  Inside the reserved block a token is one compare-and-swap,
+ * so concurrent grants on different names do not queue on a lock; a
+ * reservation (one file write and fsync per million tokens, or after a
+ * promotion) happens under the token lock.
  */
 uint64
 dlock_token_next(void)
 {
 	uint64		base = (uint64) GetWALInsertionTimeLine() << TOKEN_TLI_SHIFT;
-	uint64		token;
 
-	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
-	if (tokens->next < base)
-		tokens->next = base;
-	if (tokens->next >= tokens->reserved_end)
+	for (;;)
 	{
-		reserve_tokens(tokens->next + TOKEN_BLOCK);
-		tokens->reserved_end = tokens->next + TOKEN_BLOCK;
+		uint64		cur = pg_atomic_read_u64(&tokens->next);
+
+		/* reserved_end only grows, so a token below it is on disk */
+		if (cur >= base && cur < pg_atomic_read_u64(&tokens->reserved_end))
+		{
+			if (pg_atomic_compare_exchange_u64(&tokens->next, &cur, cur + 1))
+				return cur;
+			continue;
+		}
+
+		LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+		raise_next(base);
+		cur = pg_atomic_read_u64(&tokens->next);
+		if (cur >= pg_atomic_read_u64(&tokens->reserved_end))
+		{
+			reserve_tokens(cur + TOKEN_BLOCK);
+			pg_write_barrier();
+			pg_atomic_write_u64(&tokens->reserved_end, cur + TOKEN_BLOCK);
+		}
+		LWLockRelease(tokens->lock);
 	}
-	token = tokens->next++;
-	LWLockRelease(tokens->lock);
-	return token;
 }
 
 /* Tokens already stored in a lease table are never handed out again. */
@@ -146,8 +173,7 @@ static void
 raise_token_floor(uint64 floor)
 {
 	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
-	if (tokens->next < floor)
-		tokens->next = floor;
+	raise_next(floor);
 	LWLockRelease(tokens->lock);
 }
 

@@ -58,6 +58,7 @@ T_START=$(date +%s)
 UNCONTENDED=(
   "dlock_mem|pgbench|dlock.sql|-|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
   "dlock_durable|pgbench|dlock.sql|-|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default)"
+  "dlock_shared|pgbench|dlock_shared.sql|-|-c dlock.durable=off|dlock_try(mode => 'shared') + dlock_release, memory-only"
   "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
   "advisory_xact|pgbench|advisory_xact.sql|-|-|BEGIN; pg_try_advisory_xact_lock; COMMIT"
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
@@ -67,6 +68,8 @@ UNCONTENDED=(
 HOT=(
   "hot_dlock_mem|pgbench|hot_dlock.sql|-|-c dlock.durable=off|dlock_try('hot'), dlock_release if granted; memory-only|%dlock_release%"
   "hot_dlock_durable|pgbench|hot_dlock.sql|-|-c dlock.durable=on|dlock_try('hot'), dlock_release if granted; durable|%dlock_release%"
+  "hot_dlock_shared|pgbench|hot_dlock_shared.sql|-|-c dlock.durable=off|dlock_try('hot', mode => 'shared'), dlock_release if granted; memory-only|%dlock_release%"
+  "hot_dlock_sem|pgbench|hot_dlock_sem.sql|-|-c dlock.durable=off|dlock_try('hot', permits => 8), dlock_release if granted; memory-only|%dlock_release%"
   "hot_lease_logged|pgbench|hot_lease.sql|setup_lease logged|-|lease table (logged) row 'hot'; DELETE if granted|DELETE FROM lease%"
   "hot_advisory|pgbench|hot_advisory.sql|-|-|pg_try_advisory_lock(7); unlock if granted|%pg_advisory_unlock%"
   # "hot_redis|redis|-K hot|-|-|Redis SET hot NX PX; EVAL compare-and-delete if granted|"

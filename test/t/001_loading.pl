@@ -57,11 +57,17 @@ CREATE FUNCTION public.raw_release(text, text, bigint) RETURNS boolean
 	AS 'dlock', 'dlock_release' LANGUAGE C;
 CREATE FUNCTION public.raw_list_locks() RETURNS SETOF record
 	AS 'dlock', 'dlock_list_locks' LANGUAGE C;
+CREATE FUNCTION public.raw_try_all(text[], interval, text, text) RETURNS bigint[]
+	AS 'dlock', 'dlock_try_all' LANGUAGE C;
+CREATE FUNCTION public.raw_release_all(text[], text) RETURNS integer
+	AS 'dlock', 'dlock_release_all' LANGUAGE C;
 });
 for my $call (
 	q{SELECT public.raw_try('x', '1 minute', 'me')},
 	q{SELECT public.raw_acquire('x', '1 minute', '1 second', 'me')},
 	q{SELECT public.raw_release('x', 'me', NULL)},
+	q{SELECT public.raw_try_all(ARRAY['x'], '1 minute', 'me', 'shared')},
+	q{SELECT public.raw_release_all(ARRAY['x'], 'me')},
 	q{SELECT * FROM public.raw_list_locks() AS t(name text, owner text, token bigint, granted_at timestamptz, expires_at timestamptz, role regrole, pid integer, waiters integer)})
 {
 	$ret = $plain->psql('postgres', "\\set VERBOSITY verbose\n$call;", stderr => \$err);
