@@ -25,6 +25,7 @@
 #   BENCH_RETRY_BUDGET seconds spent re-running runs during which other processes
 #                      used more than BENCH_QUIET_CORES (default 90; 0 = never)
 #   BENCH_OUT          directory for RESULTS.md and cycles.png (default test/bench)
+#   BENCH_SCALE=0      skip scale.sh (a million live leases, 100k expiring at once)
 #   PGBIN              PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
 #   BENCH_BUILD        "worktree" (default): make && make install in this repository;
 #                      a commit (e.g. HEAD): build a clean `git archive` export of it
@@ -448,7 +449,7 @@ PSQL -c "SELECT pg_advisory_unlock_all()" >/dev/null
 setup_lease logged >/dev/null
 LEASE_PLAN=$(PSQL <<'SQL'
 SET plan_cache_mode = force_generic_plan;
-PREPARE d(text, text) AS DELETE FROM lease WHERE name = 'k' || $1 AND owner = 'o' || $2;
+PREPARE d(text, text) AS DELETE FROM lease WHERE name = $1 AND owner = $2;
 EXPLAIN (COSTS OFF) EXECUTE d('1', '1');
 SQL
 )
@@ -523,6 +524,13 @@ SERVER_LOG_SUMMARY=$(grep -E '(WARNING|ERROR|FATAL|PANIC):' "$TMP/pg.log" | sed 
   sed -E 's/^[^]]*\] //; s/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -15 || true)
 CHECKPOINTS=$(grep -o 'checkpoint starting: .*' "$TMP/pg.log" | sed 's/checkpoint starting: //' | sort | uniq -c |
   awk '{ n = $1; $1 = ""; printf "%s%d × \"%s\"", (k++ ? ", " : ""), n, substr($0, 2) }' || true)
+# the million-lease scale runs use a cluster of their own
+SCALE_MD=$TMP/out/scale.md
+if [ "${BENCH_SCALE:-1}" = 1 ]; then
+  log "scale: 1M live leases, 100k expiring at once"
+  PGBIN=$PGBIN "$HERE/scale.sh" "$SCALE_MD" "$TMP" || echo "scale.sh failed (exit $?); see $TMP/scale-*.log" >>"$ISSUES"
+fi
+
 T_END=$(date +%s)
 RUNTIME=$((T_END - T_START))
 
@@ -634,7 +642,9 @@ REPORT="$TMP/out/RESULTS.md"
   echo "## Commands"
   echo
   echo "Every point is run $REPEATS times for $SECONDS_PER_RUN s; the tables give the median. The repeats are interleaved"
-  echo "(repeat 1 of every workload, then repeat 2, ...). A \`CHECKPOINT\` precedes every PostgreSQL run. The lease"
+  echo "(repeat 1 of every workload, then repeat 2, ...). Every script passes its key (and owner) as bind parameters of"
+  echo "prepared statements: the random number itself is the lock name, the advisory key, the lease row's name; no SQL"
+  echo "builds strings. A \`CHECKPOINT\` precedes every PostgreSQL run. The lease"
   echo "table is dropped, recreated, filled with 100,000 expired leases on other names (\`'x' || g\`) and \`VACUUM ANALYZE\`d"
   echo "before every run that uses it, so its prepared statements get index plans. The generic plan of the DELETE:"
   echo
@@ -822,6 +832,7 @@ REPORT="$TMP/out/RESULTS.md"
     echo "handoff did not run; see the notes below."
   fi
   echo
+  if [ -s "$SCALE_MD" ]; then cat "$SCALE_MD"; fi
   echo "## Other load on the machine"
   echo
   echo "Other sessions may run on the same 2 cores (this repository's own test suite, for one). Before every run the script"

@@ -36,9 +36,30 @@
  * dlock_waiters, no lease left by a client except on exp-* names, and a
  * fresh grant on every name with a token above all tokens seen.
  *
+ * Reader/writer names ("rw-<i>") are taken shared or exclusive, semaphore
+ * names ("sem-<k>") with a fixed number of permits, and multi-locks take
+ * 2-3 rw-* and lock-* names at once with dlock_try_all / dlock_acquire_all.
+ * Their leases may be short and leaked, so they can end in the middle of a
+ * critical section.  The section is therefore a series of steps, each one
+ * transaction that starts with dlock_fence() on every lease it relies on:
+ * the fence pins the lease until COMMIT, so within the step the lease is
+ * certainly live, whatever its ttl.  Inside the step a client:
+ *   - enters a board in shared memory that counts who is inside per name;
+ *     an entrant that finds a writer (or, as a writer, anyone) or all permits
+ *     taken has seen two incompatible live leases at one instant;
+ *   - records its interval on the client's monotonic clock in stress_span,
+ *     which the checker sweeps at the end for the same two invariants;
+ *   - as a writer, increments stress_rw.n non-atomically and records its
+ *     token (lost updates = two writers), and as a reader, checks that n and
+ *     the recorded token stay the same for its whole hold and that the token
+ *     is below its own (a change means a writer wrote while it held).
+ * A fence refused because a short lease ran out ends the section; that is a
+ * violation only when the client's clock proves the lease was still live.
+ *
  * --unsafe skips the lock around the critical section, and --unsafe-tokens
- * writes the previous grant's token instead of the current one: both exist
- * to show that the checker does fail.
+ * writes the previous grant's token instead of the current one;
+ * --unsafe-modes lets writers and semaphore holders skip the lock.  All
+ * three exist to show that the checker does fail.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -59,6 +80,7 @@
 #include <libpq-fe.h>
 
 #define MAX_NAMES		1024
+#define MAX_MODE_NAMES	256		/* rw-* names, and sem-* names */
 #define MAX_CLIENTS		256
 #define SLACK_US		2000	/* clock rounding allowance for timing proofs */
 #define MAX_REPORTS		5		/* detailed messages printed per client */
@@ -75,6 +97,13 @@ static uint64_t seed = 1;
 static int	exp_pct = 15;		/* percent of operations on exp-* names */
 static bool unsafe = false;
 static bool unsafe_tokens = false;
+static bool unsafe_modes = false;
+static int	nrw = -1;			/* rw-* names; default max(2, nnames / 2) */
+static int	nsem = 2;			/* sem-* names */
+static int	permits = 3;		/* of every sem-* name */
+static int	rw_pct = 25;		/* percent of operations on rw-* names */
+static int	sem_pct = 12;		/* ... on sem-* names */
+static int	multi_pct = 8;		/* ... that are multi-locks */
 static bool verbose = false;
 static bool chaos = true;		/* cancelled and abandoned waits */
 
@@ -105,6 +134,30 @@ typedef struct Stats
 	long		cancel_grants;	/* ... that were granted before the cancel */
 	long		disconnects;	/* sessions closed while waiting */
 
+	/* rw-*, sem-* and multi-locks */
+	long		rw_shared_grants;
+	long		rw_excl_grants;
+	long		sem_grants;
+	long		mode_refused;	/* try NULL or acquire timeout on rw-* */
+	long		sem_refused;	/* ... on sem-* */
+	long		mode_extends;	/* re-take of our own leaked lease */
+	long		mode_skips;		/* left our own live leaked lease alone */
+	long		leaks;			/* holds with a short ttl, never released */
+	long		steps;			/* fenced steps of critical sections */
+	long		mode_expired;	/* fence refused after a short ttl: expected */
+	long		rw_increments;
+	long		reader_reads;
+	long		multi_calls;
+	long		multi_shared;
+	long		multi_granted;
+	long		multi_names;	/* names granted by multi-locks */
+	long		multi_refused;	/* dlock_try_all NULL */
+	long		multi_acquires; /* dlock_acquire_all calls */
+	long		multi_timeouts;
+	double		max_multi_wait_ms;	/* a granted dlock_acquire_all */
+	int			max_readers;	/* most readers seen inside one rw-* name */
+	int			max_sem;		/* most holders seen inside one sem-* name */
+
 	/* violations */
 	long		token_viol;
 	long		overlaps;
@@ -113,6 +166,9 @@ typedef struct Stats
 	long		errors;
 	long		dup_tokens;
 	long		unchecked_tokens;	/* beyond the bitmap */
+	long		mode_overlaps;	/* a writer inside with anyone else */
+	long		permit_over;	/* more holders inside than permits */
+	long		reader_viol;	/* a reader saw a write during its hold */
 
 	double		max_try_ms;
 	double		max_overshoot_ms;	/* acquire that timed out: elapsed - timeout */
@@ -120,10 +176,26 @@ typedef struct Stats
 	int64_t		max_token;
 	int			finished;
 	int64_t		incr[MAX_NAMES];
+	int64_t		rw_incr[MAX_MODE_NAMES];
 } Stats;
 
 static Stats *results;
 static int *all_reports;		/* shared count of printed messages */
+
+/*
+ * Who is inside the critical section of each rw-* and sem-* name, counted
+ * by all clients.  Entering is one atomic add that returns the state just
+ * before, so an entrant sees everyone who is inside at that instant.
+ */
+#define WRITER			(UINT64_C(1) << 32)
+typedef struct Board
+{
+	int			reports;		/* printed messages */
+	uint64_t	rw[MAX_MODE_NAMES]; /* writers * WRITER + readers */
+	uint32_t	sem[MAX_MODE_NAMES];
+} Board;
+
+static Board *board;
 
 /*
  * One bit per token above the baseline token taken before the start: a
@@ -142,6 +214,37 @@ typedef struct ExpState
 	int64_t		hi_expiry;		/* lease certainly dead after */
 } ExpState;
 
+typedef struct Hold
+{
+	const char *name;
+	int64_t		token;
+	int			ttl_ms;
+	int64_t		lo_expiry;		/* certainly live until */
+	int64_t		granted;
+} Hold;
+
+/*
+ * A lease on an rw-* or sem-* name.  A leaked one stays here after its hold
+ * (token != 0) until it ends, since re-taking it extends it.
+ */
+typedef struct ModeHold
+{
+	Hold		h;				/* h.name points to nbuf; h.token 0: none,
+								 * or not locked (--unsafe-modes) */
+	char		nbuf[32];
+	bool		sem;			/* a sem-* name, else rw-* */
+	int			idx;			/* among the rw-* or the sem-* names */
+	bool		excl;			/* rw-*: writer, else reader */
+	bool		leak;			/* short ttl, never released */
+	int64_t		hi_expiry;		/* certainly ended after (our clock) */
+	bool		read;			/* reader: n0 and lt0 are what the hold saw */
+	int64_t		n0;
+	int64_t		lt0;
+	bool		wrote;			/* writer: its token is recorded */
+	int64_t		n_read;			/* writer: n read in the open step */
+	bool		incr;			/* writer: the open step's write counted */
+} ModeHold;
+
 typedef struct Client
 {
 	int			id;
@@ -156,6 +259,8 @@ typedef struct Client
 	int64_t		prev_grant;		/* for --unsafe-tokens */
 	int64_t		fake_busy;
 	ExpState	exp[MAX_NAMES];
+	ModeHold	rw[MAX_MODE_NAMES];
+	ModeHold	sem[MAX_MODE_NAMES];
 } Client;
 
 static int64_t
@@ -227,6 +332,19 @@ static const Stmt stmts[] = {
 	{"write_next", "UPDATE stress_counter SET n = $2 "
 	"WHERE name = $1 AND last_token = $3"},
 	{"write_unsafe", "UPDATE stress_counter SET n = $2 WHERE name = $1 AND $3::bigint IS NOT NULL"},
+	/* rw-* and sem-* names: $5 is the permits, NULL for rw-* */
+	{"m_try", "SELECT dlock_try($1, $2::interval, $3, $4, $5::integer)"},
+	{"m_acq", "SELECT dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)"},
+	{"try_all", "SELECT dlock_try_all($1::text[], $2::interval, $3, $4)"},
+	{"acq_all", "SELECT dlock_acquire_all($1::text[], $2::interval, $3::interval, $4, $5)"},
+	{"rel_all", "SELECT dlock_release_all($1::text[], $2)"},
+	{"fence", "SELECT dlock_fence($1, $2::bigint)"},
+	{"rw_read", "SELECT n, last_token FROM stress_rw WHERE name = $1"},
+	{"rw_write_first", "UPDATE stress_rw SET n = $2, last_token = $3 "
+	"WHERE name = $1 AND last_token < $3"},
+	{"rw_write_next", "UPDATE stress_rw SET n = $2 WHERE name = $1 AND last_token = $3"},
+	{"rw_write_unsafe", "UPDATE stress_rw SET n = $2 WHERE name = $1 AND $3::bigint IS NOT NULL"},
+	{"span", "INSERT INTO stress_span VALUES ($1, $2, $3, $4, $5)"},
 	/* grant + record in one statement: $1 name, $2 ttl, $3 timeout, $4 owner */
 	{"exp_try",
 		"WITH g AS (SELECT dlock_try($1, $2::interval, $4) AS t), "
@@ -343,6 +461,87 @@ run_cmd(Client *c, PGconn *conn, const char *stmt, int nparams, const char *cons
 	n = atoi(PQcmdTuples(res));
 	PQclear(res);
 	return n;
+}
+
+/*
+ * Runs a prepared statement that waits without limit under a 1-30 ms
+ * statement_timeout, then restores the usual timeout.  Returns the result,
+ * success or error, or NULL (client fatal) when the timeout cannot be
+ * restored.
+ */
+static PGresult *
+run_cancelled(Client *c, const char *stmt, int nparams, const char *const *params)
+{
+	char		sql[64];
+	PGresult   *res;
+
+	snprintf(sql, sizeof(sql), "SET statement_timeout = '%d ms'", 1 + rnd_int(c, 30));
+	PQclear(PQexec(c->conn, sql));
+	res = PQexecPrepared(c->conn, stmt, nparams, params, NULL, NULL, 0);
+
+	/*
+	 * The SET itself runs under the short timeout and can be cancelled on a
+	 * loaded machine: retry until it sticks.
+	 */
+	for (int k = 0;; k++)
+	{
+		PGresult   *r2 = PQexec(c->conn, "SET statement_timeout = '10s'");
+		bool		ok = PQresultStatus(r2) == PGRES_COMMAND_OK;
+
+		PQclear(r2);
+		if (ok)
+			return res;
+		if (k == 100)
+		{
+			report(c, &c->st->errors, "cannot restore statement_timeout: %s",
+				   PQerrorMessage(c->conn));
+			c->fatal = true;
+			PQclear(res);
+			return NULL;
+		}
+	}
+}
+
+static bool
+is_state(const PGresult *res, const char *state)
+{
+	const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	return s != NULL && strcmp(s, state) == 0;
+}
+
+/* A probe that must fail with SQLSTATE state. */
+static void
+expect_state(Client *c, PGconn *conn, const char *stmt, int nparams,
+			 const char *const *params, const char *state, const char *what)
+{
+	PGresult   *res = PQexecPrepared(conn, stmt, nparams, params, NULL, NULL, 0);
+
+	c->st->ops++;
+	c->st->probes++;
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		report(c, &c->st->probe_fail, "%s on %s returned %s instead of failing with SQLSTATE %s",
+			   what, params[0], PQgetisnull(res, 0, 0) ? "NULL" : PQgetvalue(res, 0, 0), state);
+	else if (!is_state(res, state))
+		report(c, &c->st->probe_fail, "%s on %s did not fail with SQLSTATE %s: %s",
+			   what, params[0], state, PQerrorMessage(conn));
+	PQclear(res);
+}
+
+/* Runs a command without parameters, such as BEGIN; false on error. */
+static bool
+run_simple(Client *c, const char *sql)
+{
+	PGresult   *res = PQexec(c->conn, sql);
+	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+	if (!ok)
+	{
+		report(c, &c->st->errors, "%s failed: %s", sql, PQerrorMessage(c->conn));
+		c->fatal = true;
+	}
+	PQclear(res);
+	return ok;
 }
 
 /* ---------- checks shared by both kinds of name ---------- */
@@ -511,15 +710,6 @@ exp_op(Client *c)
 }
 
 /* ---------- main names: the critical section ---------- */
-
-typedef struct Hold
-{
-	const char *name;
-	int64_t		token;
-	int			ttl_ms;
-	int64_t		lo_expiry;		/* certainly live until */
-	int64_t		granted;
-} Hold;
 
 static const char *
 i64(char *buf, int64_t v)
@@ -791,36 +981,13 @@ main_op(Client *c)
 		 * a grant or an error that leaves us holding nothing, even if the
 		 * lease was handed to us just before the cancel.
 		 */
-		char		sql[64];
 		PGresult   *res;
 
-		snprintf(sql, sizeof(sql), "SET statement_timeout = '%d ms'", 1 + rnd_int(c, 30));
-		PQclear(PQexec(c->conn, sql));
 		p[2] = NULL;
 		p[3] = c->owner;
-		res = PQexecPrepared(c->conn, "acq", 4, p, NULL, NULL, 0);
-
-		/*
-		 * The SET itself runs under the short timeout and can be cancelled
-		 * on a loaded machine: retry until it sticks.
-		 */
-		for (int k = 0;; k++)
-		{
-			PGresult   *r2 = PQexec(c->conn, "SET statement_timeout = '10s'");
-			bool		ok = PQresultStatus(r2) == PGRES_COMMAND_OK;
-
-			PQclear(r2);
-			if (ok)
-				break;
-			if (k == 100)
-			{
-				report(c, &c->st->errors, "cannot restore statement_timeout: %s",
-					   PQerrorMessage(c->conn));
-				c->fatal = true;
-				PQclear(res);
-				return;
-			}
-		}
+		res = run_cancelled(c, "acq", 4, p);
+		if (res == NULL)
+			return;
 		c->st->ops++;
 		c->st->acquires++;
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && !PQgetisnull(res, 0, 0))
@@ -831,8 +998,7 @@ main_op(Client *c)
 			t1 = now_us();
 			goto granted;
 		}
-		if (PQresultStatus(res) == PGRES_TUPLES_OK ||
-			strcmp(PQresultErrorField(res, PG_DIAG_SQLSTATE) ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "", "57014") != 0)
+		if (PQresultStatus(res) == PGRES_TUPLES_OK || !is_state(res, "57014"))
 		{
 			report(c, &c->st->errors, "acquire of %s ended by statement_timeout: %s",
 				   name, PQresultStatus(res) == PGRES_TUPLES_OK ? "returned NULL" : PQerrorMessage(c->conn));
