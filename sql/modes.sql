@@ -117,5 +117,5 @@ BEGIN
 END $$;
 SELECT count(*) AS after_block FROM dlock_locks WHERE name LIKE 'm_e%';
 
-SELECT count(*) AS leases_left FROM dlock_locks;
-SELECT count(*) AS rows_left FROM dlock_leases;
+SELECT count(*) AS leases_left FROM dlock_locks WHERE name LIKE 'm\_%';
+SELECT count(*) AS rows_left FROM dlock_leases WHERE name LIKE 'm\_%';

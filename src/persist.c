@@ -317,24 +317,29 @@ prepare_delete(void)
 {
 	Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
 
-	plan_delete = prepare("DELETE FROM %s WHERE name = $1 AND token = $2 AND version = $3",
+	plan_delete = prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+						  " AND token OPERATOR(pg_catalog.=) $2"
+						  " AND version OPERATOR(pg_catalog.=) $3",
 						  3, types);
 }
 
 /*
- * SPI work runs as the table's owner, so callers need no rights on it, and
- * with search_path pinned, so no object a caller created (a function or
+ * SPI work runs as the table's owner, so callers need no rights on it.  The
+ * prepared statements of the lease operations name every table, operator and
+ * function with its schema, so no object a caller created (a function or
  * operator in public or pg_temp) can be picked up with the owner's rights.
+ * The few ad hoc queries (rebuild, sweep, listing) run with search_path
+ * pinned instead (pin_path).
  */
 typedef struct AsOwner
 {
 	Oid			userid;
 	int			sec_context;
-	int			guc_level;
+	int			guc_level;		/* -1: search_path untouched */
 } AsOwner;
 
 static void
-spi_begin(AsOwner *saved, bool write)
+spi_begin(AsOwner *saved, bool write, bool pin_path)
 {
 	if (write && XactReadOnly)
 		ereport(ERROR,
@@ -346,15 +351,20 @@ spi_begin(AsOwner *saved, bool write)
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
 	SetUserIdAndSecContext(lease_owner, saved->sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	saved->guc_level = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	saved->guc_level = -1;
+	if (pin_path)
+	{
+		saved->guc_level = NewGUCNestLevel();
+		(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	}
 }
 
 static void
 spi_end(AsOwner *saved)
 {
-	AtEOXact_GUC(true, saved->guc_level);
+	if (saved->guc_level >= 0)
+		AtEOXact_GUC(true, saved->guc_level);
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
 	SPI_finish();
 }
@@ -460,7 +470,7 @@ load_rows(void)
 	int64		mono_now;
 	TimestampTz wall_now;
 
-	spi_begin(&saved, false);
+	spi_begin(&saved, false, true);
 
 	/*
 	 * Read what is committed now, not what the caller's snapshot saw: a
@@ -682,7 +692,7 @@ dlock_persist_sweep_rows(void)
 	my_slot->dead_rows = 0;
 	SpinLockRelease(&dbs->mutex);
 
-	spi_begin(&saved, true);
+	spi_begin(&saved, true, true);
 	if (SPI_execute(psprintf("SELECT name, token, version FROM %s"
 							 " WHERE expires_at <= clock_timestamp()", lease_table),
 					true, 0) != SPI_OK_SELECT)
@@ -736,7 +746,8 @@ read_row(Datum name, uint64 token, int64 *version)
 	{
 		Oid			types[2] = {TEXTOID, INT8OID};
 
-		plan_read = prepare("SELECT version FROM %s WHERE name = $1 AND token = $2", 2, types);
+		plan_read = prepare("SELECT version FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+							" AND token OPERATOR(pg_catalog.=) $2", 2, types);
 	}
 	if (SPI_execute_plan(plan_read, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read a dlock lease row");
@@ -775,8 +786,11 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	{
 		Oid			types[4] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INT8OID};
 
-		plan_update = prepare("UPDATE %s SET expires_at = $3, version = version + 1"
-							  " WHERE name = $1 AND token = $2 AND version = $4"
+		plan_update = prepare("UPDATE %s SET expires_at = $3,"
+							  " version = version OPERATOR(pg_catalog.+) 1"
+							  " WHERE name OPERATOR(pg_catalog.=) $1"
+							  " AND token OPERATOR(pg_catalog.=) $2"
+							  " AND version OPERATOR(pg_catalog.=) $4"
 							  " RETURNING version", 4, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
@@ -820,7 +834,7 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 	bool		isnull;
 	int64		version;
 
-	spi_begin(&saved, true);
+	spi_begin(&saved, true, false);
 	if (!is_new)
 	{
 		version = update_expiry(key, row->token, row->expires_at, row->version);
@@ -834,7 +848,9 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 		Oid			types[9] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, BOOLOID};
 
-		plan_write = prepare("WITH older AS (DELETE FROM %1$s WHERE $9 AND name = $1 AND token < $4)"
+		plan_write = prepare("WITH older AS (DELETE FROM %1$s WHERE $9"
+							 " AND name OPERATOR(pg_catalog.=) $1"
+							 " AND token OPERATOR(pg_catalog.<) $4)"
 							 " INSERT INTO %1$s"
 							 " (name, owner, role, token, granted_at, expires_at, version,"
 							 " mode, permits)"
@@ -868,7 +884,7 @@ dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version)
 	Datum		args[3];
 	int			attempt;
 
-	spi_begin(&saved, true);
+	spi_begin(&saved, true, false);
 	if (plan_delete == NULL)
 		prepare_delete();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
@@ -894,7 +910,7 @@ dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc, Oid fn_oid)
 	AsOwner		saved;
 
 	lookup_table(fn_oid);
-	spi_begin(&saved, false);
+	spi_begin(&saved, false, true);
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
 							 " NULL::int, 0, version, true, mode, permits FROM %s"
 							 " WHERE expires_at > clock_timestamp()", lease_table),

@@ -1140,6 +1140,906 @@ disconnect_op(Client *c)
 	c->st->disconnects++;
 }
 
+/* ---------- rw-* and sem-* names, and multi-locks ---------- */
+
+static void
+mode_init(ModeHold *m, bool sem, int idx)
+{
+	m->h.name = m->nbuf;
+	snprintf(m->nbuf, sizeof(m->nbuf), sem ? "sem-%d" : "rw-%d", idx);
+	m->sem = sem;
+	m->idx = idx;
+}
+
+/* Whether our leaked lease on the name may still be live at t. */
+static bool
+leak_maybe_live(const ModeHold *m, int64_t t)
+{
+	return m->h.token != 0 && t < m->hi_expiry + SLACK_US;
+}
+
+static void
+board_enter(Client *c, ModeHold *m)
+{
+	const char *unsafe_note = m->h.token == 0 ? ", --unsafe-modes" : "";
+
+	if (m->sem)
+	{
+		uint32_t	before = __atomic_fetch_add(&board->sem[m->idx], 1, __ATOMIC_SEQ_CST);
+
+		if ((int) before + 1 > c->st->max_sem)
+			c->st->max_sem = before + 1;
+		if ((int) before >= permits)
+			report(c, &c->st->permit_over,
+				   "%s: %u holders inside when we entered (token %" PRId64 "%s): more than %d permits",
+				   m->h.name, before, m->h.token, unsafe_note, permits);
+	}
+	else
+	{
+		uint64_t	before = __atomic_fetch_add(&board->rw[m->idx], m->excl ? WRITER : 1,
+											   __ATOMIC_SEQ_CST);
+		unsigned	writers = (unsigned) (before / WRITER);
+		unsigned	readers = (unsigned) (before % WRITER);
+
+		if (!m->excl && (int) readers + 1 > c->st->max_readers)
+			c->st->max_readers = readers + 1;
+		if (writers > 0 || (m->excl && readers > 0))
+			report(c, &c->st->mode_overlaps,
+				   "%s: %u writer(s) and %u reader(s) inside when we entered as a %s (token %" PRId64 "%s)",
+				   m->h.name, writers, readers, m->excl ? "writer" : "reader", m->h.token,
+				   unsafe_note);
+	}
+}
+
+static void
+board_leave(ModeHold *m)
+{
+	if (m->sem)
+		__atomic_fetch_sub(&board->sem[m->idx], 1, __ATOMIC_SEQ_CST);
+	else
+		__atomic_fetch_sub(&board->rw[m->idx], m->excl ? WRITER : 1, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * A reader's view of stress_rw.  Writes are fenced, so each is visible while
+ * its writer's lease is still pinned.  Our lease has been live since its
+ * grant: a writer granted after it (a larger token) must not have written,
+ * and nobody may write between two of our reads.
+ */
+static void
+reader_saw(Client *c, ModeHold *m, int64_t n, int64_t lt)
+{
+	c->st->reader_reads++;
+	if (!m->read)
+	{
+		m->read = true;
+		m->n0 = n;
+		m->lt0 = lt;
+		if (lt >= m->h.token)
+			report(c, &c->st->reader_viol,
+				   "%s: reader with token %" PRId64 " sees last_token %" PRId64
+				   ": a writer granted after it wrote while it held the name",
+				   m->h.name, m->h.token, lt);
+		return;
+	}
+	if (n != m->n0 || lt != m->lt0)
+	{
+		report(c, &c->st->reader_viol,
+			   "%s: n went from %" PRId64 " (token %" PRId64 ") to %" PRId64 " (token %" PRId64
+			   ") while we held it shared (token %" PRId64 ")",
+			   m->h.name, m->n0, m->lt0, n, lt, m->h.token);
+		m->n0 = n;
+		m->lt0 = lt;
+	}
+}
+
+/*
+ * dlock_fence refused our token, sent at t0 and answered at t1: the lease
+ * had ended.  Expected of a short leaked lease, unless our clock proves it
+ * was still live.
+ */
+static void
+fence_refused(Client *c, ModeHold *m, int64_t t0, int64_t t1)
+{
+	if (m->leak && t0 + SLACK_US >= m->h.lo_expiry)
+		c->st->mode_expired++;
+	else
+		lease_lost(c, &m->h, "dlock_fence", t0);
+	if (t1 < m->hi_expiry)
+		m->hi_expiry = t1;
+	if (!m->leak)
+		m->h.token = 0;			/* nothing left to release */
+}
+
+static bool
+rw_read(Client *c, ModeHold *m, int64_t *n, int64_t *lt)
+{
+	const char *p[1] = {m->h.name};
+	PGresult   *res = run(c, c->conn, "rw_read", 1, p);
+
+	if (res == NULL)
+		return false;
+	*n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	*lt = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	PQclear(res);
+	return true;
+}
+
+static void
+rw_write(Client *c, ModeHold *m)
+{
+	char		nbuf[32],
+				tbuf[32];
+	const char *p[3];
+	int			rows;
+
+	p[0] = m->h.name;
+	p[1] = i64(nbuf, m->n_read + 1);
+	p[2] = i64(tbuf, m->h.token);
+	rows = run_cmd(c, c->conn,
+				   m->h.token == 0 ? "rw_write_unsafe" : m->wrote ? "rw_write_next" : "rw_write_first",
+				   3, p);
+	if (rows == 1)
+		m->incr = true;
+	else if (rows == 0)
+		report(c, &c->st->token_viol,
+			   "%s: write with token %" PRId64 " refused: an earlier holder recorded a %s token",
+			   m->h.name, m->h.token, m->wrote ? "different" : "higher or equal");
+}
+
+/*
+ * One step of the critical section of holds hs (sorted by name), in one
+ * transaction: dlock_fence every lease, which pins it until COMMIT; enter the
+ * board; writers increment stress_rw.n, readers read it twice; leave; record
+ * the span.  Returns 1 when done, 0 when a fence was refused (that lease
+ * ended), -1 on error.
+ */
+static int
+mode_step(Client *c, ModeHold **hs, int nh)
+{
+	char		tbuf[32],
+				inbuf[32],
+				outbuf[32];
+	const char *p[5];
+	int64_t		t_in,
+				t_out,
+				n,
+				lt;
+
+	if (!run_simple(c, "BEGIN"))
+		return -1;
+	for (int i = 0; i < nh; i++)
+	{
+		ModeHold   *m = hs[i];
+		PGresult   *res;
+		int64_t		f0,
+					f1;
+		bool		refused;
+
+		m->incr = false;
+		if (m->h.token == 0)
+			continue;			/* --unsafe-modes: no lease */
+		p[0] = m->h.name;
+		p[1] = i64(tbuf, m->h.token);
+		f0 = now_us();
+		res = PQexecPrepared(c->conn, "fence", 2, p, NULL, NULL, 0);
+		f1 = now_us();
+		c->st->ops++;
+		if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		{
+			PQclear(res);
+			continue;
+		}
+		refused = is_state(res, "DL001");
+		if (!refused)
+		{
+			report(c, &c->st->errors, "dlock_fence on %s: %s", m->h.name, PQerrorMessage(c->conn));
+			c->fatal = true;
+		}
+		PQclear(res);
+		if (!refused || !run_simple(c, "ROLLBACK"))
+			return -1;
+		fence_refused(c, m, f0, f1);
+		return 0;
+	}
+
+	/* every lease stays live from here until COMMIT */
+	t_in = now_us();
+	for (int i = 0; i < nh; i++)
+		board_enter(c, hs[i]);
+	for (int pass = 0; pass < 2 && !c->fatal; pass++)
+	{
+		/* widen the window between the passes now and then */
+		if (pass == 1 && rnd_int(c, 2) == 0)
+			usleep(rnd_int(c, 2000));
+		for (int i = 0; i < nh && !c->fatal; i++)
+		{
+			ModeHold   *m = hs[i];
+
+			if (m->sem)
+				continue;
+			if (pass == 1 && m->excl)
+				rw_write(c, m);
+			else if (rw_read(c, m, &n, &lt))
+			{
+				if (m->excl)
+					m->n_read = n;
+				else
+					reader_saw(c, m, n, lt);
+			}
+		}
+	}
+	t_out = now_us();
+	for (int i = 0; i < nh; i++)
+		board_leave(hs[i]);
+	if (c->fatal)
+		return -1;
+
+	for (int i = 0; i < nh; i++)
+	{
+		ModeHold   *m = hs[i];
+
+		p[0] = m->h.name;
+		p[1] = i64(tbuf, m->h.token);
+		p[2] = m->sem ? "p" : m->excl ? "w" : "r";
+		p[3] = i64(inbuf, t_in);
+		p[4] = i64(outbuf, t_out);
+		if (run_cmd(c, c->conn, "span", 5, p) < 0)
+			return -1;
+	}
+	if (!run_simple(c, "COMMIT"))
+		return -1;
+	c->st->steps++;
+	t_out = now_us();
+	for (int i = 0; i < nh; i++)
+	{
+		ModeHold   *m = hs[i];
+
+		/* a pinned lease outlives its ttl until COMMIT */
+		if (m->hi_expiry < t_out)
+			m->hi_expiry = t_out;
+		if (m->incr)
+		{
+			m->wrote = m->h.token != 0;
+			c->st->rw_increments++;
+			c->st->rw_incr[m->idx]++;
+		}
+	}
+	return 1;
+}
+
+/* Probes made while holding an rw-* or sem-* lease with a long ttl. */
+static void
+mode_probe(Client *c, ModeHold *m)
+{
+	Hold	   *h = &m->h;
+	char		ttl[32],
+				tok[32],
+				perm[16],
+				other[16];
+	const char *p[5];
+	bool		isnull,
+				second;
+	int64_t		v,
+				t0;
+	PGconn	   *conn;
+
+	snprintf(ttl, sizeof(ttl), "%d ms", h->ttl_ms);
+	snprintf(perm, sizeof(perm), "%d", permits);
+	snprintf(other, sizeof(other), "%d", permits + 1);
+	p[0] = h->name;
+	switch (rnd_int(c, 4))
+	{
+		case 0:					/* another owner: refused, or an error */
+			p[1] = "1 s";
+			p[2] = c->intruder;
+			p[3] = !m->sem && m->excl && rnd_int(c, 2) == 0 ? "shared" : "exclusive";
+			p[4] = m->sem ? other : NULL;
+			if (m->sem)
+			{
+				expect_state(c, c->conn, "m_try", 5, p, "55000", "a try with other permits");
+				return;
+			}
+			if (!run_int(c, c->conn, "m_try", 5, p, &isnull, &v))
+				return;
+			if (!isnull)
+				report(c, &c->st->probe_fail,
+					   "intruder %s got %s in %s mode (token %" PRId64 ") while %s holds it %s (token %" PRId64 ")",
+					   c->intruder, h->name, p[3], v, c->owner,
+					   m->excl ? "exclusive" : "shared", h->token);
+			break;
+		case 1:					/* the holder cannot change its mode in place */
+			p[1] = ttl;
+			p[2] = c->owner;
+			p[3] = !m->sem && m->excl ? "shared" : "exclusive";
+			p[4] = NULL;
+			expect_state(c, c->conn, "m_try", 5, p, "55000",
+						 m->sem ? "the holder's try without permits" : "the holder's try in the other mode");
+			return;
+		case 2:					/* our release with a wrong token */
+			p[1] = c->owner;
+			p[2] = i64(tok, rnd_int(c, 2) ? h->token + 1 : h->token - 1);
+			if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
+				return;
+			if (isnull || v)
+				report(c, &c->st->probe_fail,
+					   "release of %s with wrong token %s succeeded (held token %" PRId64 ")",
+					   h->name, tok, h->token);
+			break;
+		default:				/* re-try by the holder, maybe via conn2 */
+			conn = holder_conn(c, &second);
+			p[1] = ttl;
+			p[2] = c->owner;
+			p[3] = !m->sem && !m->excl ? "shared" : "exclusive";
+			p[4] = m->sem ? perm : NULL;
+			t0 = now_us();
+			if (!run_int(c, conn, "m_try", 5, p, &isnull, &v))
+				return;
+			c->st->ops++;
+			c->st->tries++;
+			c->st->retries++;
+			if (isnull)
+			{
+				c->st->try_fail++;
+				lease_lost(c, h, second ? "holder re-try (2nd connection)" : "holder re-try", t0);
+			}
+			else if (v != h->token)
+				report(c, &c->st->token_viol,
+					   "holder re-try on %s%s returned token %" PRId64 ", not %" PRId64,
+					   h->name, second ? " (2nd connection)" : "", v, h->token);
+			else
+				h->lo_expiry = t0 + (int64_t) h->ttl_ms * 1000;
+			return;
+	}
+	c->st->ops++;
+	c->st->probes++;
+}
+
+/*
+ * The critical section of a single-name hold: 1-3 fenced steps, with
+ * renewals and probes in between; a leaked hold takes 1-4 steps with pauses
+ * of up to 40 ms, so that its short lease may run out in between.
+ */
+static void
+mode_section(Client *c, ModeHold *m)
+{
+	int			steps = 1 + rnd_int(c, m->leak ? 4 : 3);
+	int64_t		t0 = now_us();
+	double		ms;
+
+	for (int s = 0; s < steps && !c->fatal; s++)
+	{
+		if (s > 0 && m->leak)
+			usleep(rnd_int(c, 40000));
+		else if (s > 0 && m->h.token != 0)
+		{
+			if (rnd_int(c, 6) == 0)
+				renew(c, &m->h);
+			if (rnd_int(c, 5) == 0 && !c->fatal)
+				mode_probe(c, m);
+		}
+		if (c->fatal || mode_step(c, &m, 1) <= 0)
+			break;
+	}
+	ms = (now_us() - t0) / 1000.0;
+	if (!m->leak && ms > c->st->max_section_ms)
+		c->st->max_section_ms = ms;
+}
+
+/*
+ * A hold of an rw-* name (shared 65 %, exclusive 35 %) or of a sem-* name:
+ * a try (40 %), or an acquire with a 0-200 ms timeout (55 %) or without one;
+ * the critical section; a release.  One hold in ten has a 20-100 ms ttl and
+ * is leaked instead.
+ */
+static bool
+mode_op(Client *c, bool sem)
+{
+	int			count = sem ? nsem : nrw;
+	int			idx,
+				how,
+				timeout_ms,
+				ttl_ms;
+	bool		excl,
+				leak,
+				isnull,
+				second,
+				held_certain,
+				maybe_live;
+	ModeHold   *m;
+	char		ttl[32],
+				tmo[32],
+				perm[16],
+				tok[32];
+	const char *p[6];
+	int64_t		v,
+				t0,
+				t1,
+				ttl_us;
+	double		ms;
+	PGconn	   *conn;
+
+	if (count == 0)
+		return false;
+	idx = rnd_int(c, count);
+	m = sem ? &c->sem[idx] : &c->rw[idx];
+	excl = !sem && rnd_int(c, 100) < 35;
+	leak = rnd_int(c, 10) == 0;
+	how = rnd_int(c, 100);
+	timeout_ms = rnd_int(c, 201);
+	ttl_ms = leak ? 20 + rnd_int(c, 81) : 3000 + rnd_int(c, 5001);
+	ttl_us = (int64_t) ttl_ms * 1000;
+
+	if (leak_maybe_live(m, now_us()))
+	{
+		/*
+		 * Re-taking our own live lease extends it; done every time, nothing
+		 * would expire, so mostly leave it.  Its mode cannot change.
+		 */
+		if (rnd_int(c, 8) != 0)
+		{
+			c->st->mode_skips++;
+			return false;
+		}
+		excl = m->excl;
+	}
+
+	if (unsafe_modes && (sem || excl))
+	{
+		ModeHold	u;
+
+		memset(&u, 0, sizeof(u));
+		mode_init(&u, sem, idx);
+		u.excl = excl;
+		mode_section(c, &u);
+		return true;
+	}
+
+	snprintf(ttl, sizeof(ttl), "%d ms", ttl_ms);
+	snprintf(tmo, sizeof(tmo), "%d ms", timeout_ms);
+	snprintf(perm, sizeof(perm), "%d", permits);
+	p[0] = m->h.name;
+	p[1] = ttl;
+	t0 = now_us();
+	if (how < 40)
+	{
+		p[2] = c->owner;
+		p[3] = excl || sem ? "exclusive" : "shared";
+		p[4] = sem ? perm : NULL;
+		if (!run_int(c, c->conn, "m_try", 5, p, &isnull, &v))
+			return true;
+		c->st->tries++;
+	}
+	else
+	{
+		p[2] = how < 95 ? tmo : NULL;
+		p[3] = c->owner;
+		p[4] = excl || sem ? "exclusive" : "shared";
+		p[5] = sem ? perm : NULL;
+		if (!run_int(c, c->conn, "m_acq", 6, p, &isnull, &v))
+			return true;
+		c->st->acquires++;
+		if (how >= 95)
+			c->st->acq_nolimit++;
+	}
+	t1 = now_us();
+	c->st->ops++;
+	ms = (t1 - t0) / 1000.0;
+	if (how < 40 && ms > c->st->max_try_ms)
+		c->st->max_try_ms = ms;
+
+	/* our leaked lease on this name, judged by our own clock */
+	held_certain = m->h.token != 0 && t1 + SLACK_US < m->h.lo_expiry;
+	maybe_live = leak_maybe_live(m, t0);
+
+	if (isnull)
+	{
+		if (sem)
+			c->st->sem_refused++;
+		else
+			c->st->mode_refused++;
+		if (how < 40)
+			c->st->try_fail++;
+		else
+		{
+			c->st->acq_timeouts++;
+			if (how >= 95)
+				report(c, &c->st->probe_fail, "acquire of %s without timeout returned NULL",
+					   m->h.name);
+			if (ms - timeout_ms > c->st->max_overshoot_ms)
+				c->st->max_overshoot_ms = ms - timeout_ms;
+		}
+		if (held_certain)
+			report(c, &c->st->lease_lost,
+				   "%s of %s returned NULL while our leaked lease (token %" PRId64
+				   ") was live for %.1f ms more", how < 40 ? "try" : "acquire",
+				   m->h.name, m->h.token, (m->h.lo_expiry - t1) / 1000.0);
+		return true;
+	}
+
+	if (m->h.token != 0 && v == m->h.token)
+	{
+		/* our leaked lease, extended: what its holds read and wrote stands */
+		c->st->mode_extends++;
+		if (!maybe_live)
+			report(c, &c->st->token_viol,
+				   "%s returned token %" PRId64 " again although our lease ended %.1f ms before the call",
+				   m->h.name, v, (t0 - m->hi_expiry) / 1000.0);
+	}
+	else
+	{
+		c->st->grants++;
+		if (sem)
+			c->st->sem_grants++;
+		else if (excl)
+			c->st->rw_excl_grants++;
+		else
+			c->st->rw_shared_grants++;
+		check_new_token(c, m->h.name, v);
+		if (held_certain)
+			report(c, &c->st->lease_lost,
+				   "%s: new token %" PRId64 " while our leaked lease (token %" PRId64
+				   ") was live for %.1f ms more", m->h.name, v, m->h.token,
+				   (m->h.lo_expiry - t1) / 1000.0);
+		m->read = false;
+		m->wrote = false;
+	}
+	m->h.token = v;
+	m->h.ttl_ms = ttl_ms;
+	m->h.granted = t1;
+	m->h.lo_expiry = t0 + ttl_us;
+	m->hi_expiry = t1 + ttl_us;
+	m->excl = excl;
+	m->leak = leak;
+	if (leak)
+		c->st->leaks++;
+
+	mode_section(c, m);
+	if (c->fatal || leak || m->h.token == 0)
+		return true;
+
+	/* release: usually with the token, sometimes via conn2 */
+	conn = holder_conn(c, &second);
+	p[0] = m->h.name;
+	p[1] = c->owner;
+	p[2] = rnd_int(c, 10) == 0 ? NULL : i64(tok, m->h.token);
+	t0 = now_us();
+	if (!run_int(c, conn, "rel", 3, p, &isnull, &v))
+		return true;
+	c->st->ops++;
+	c->st->releases++;
+	if (isnull || !v)
+		lease_lost(c, &m->h, second ? "release (2nd connection)" : "release", t0);
+	m->h.token = 0;
+	return true;
+}
+
+/* The values of a bigint[] in text form; returns how many there are. */
+static int
+parse_tokens(const char *s, int64_t *out, int max)
+{
+	int			n = 0;
+
+	if (*s == '{')
+		s++;
+	while (*s != '\0' && *s != '}')
+	{
+		char	   *end;
+		int64_t		v = strtoll(s, &end, 10);
+
+		if (end == s)
+			break;
+		if (n < max)
+			out[n] = v;
+		n++;
+		s = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+/* A text[] literal of names[order[0..n-1]]. */
+static void
+name_array(char *buf, size_t size, char (*names)[32], const int *order, int n)
+{
+	size_t		len = 1;
+
+	buf[0] = '{';
+	for (int j = 0; j < n && len < size; j++)
+		len += snprintf(buf + len, size - len, "%s%s", j > 0 ? "," : "", names[order[j]]);
+	if (len < size)
+		snprintf(buf + len, size - len, "}");
+}
+
+/* Holds in name order, the order the step writes their rows in. */
+static void
+sort_holds(ModeHold **hs, int n)
+{
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && strcmp(hs[j - 1]->h.name, hs[j]->h.name) > 0; j--)
+		{
+			ModeHold   *t = hs[j];
+
+			hs[j] = hs[j - 1];
+			hs[j - 1] = t;
+		}
+}
+
+/*
+ * A multi-lock: 2-3 distinct names in random order, rw-* names in either
+ * mode and lock-* names too when exclusive (sem-* names cannot be: the
+ * functions take no permits), by dlock_try_all (40 %) or dlock_acquire_all
+ * with a 1-3 s timeout (55 %) or without one.  The rw-* names get 1-2 steps
+ * that fence them all in one transaction, the lock-* names the usual
+ * critical section, and dlock_release_all must release every one.
+ */
+static bool
+multi_op(Client *c)
+{
+	bool		excl = nrw < 2 || rnd_int(c, 100) < 60;
+	int			pool = excl && !unsafe_modes ? nrw + nnames : nrw;
+	int			want = 2 + rnd_int(c, 2);
+	int			how = rnd_int(c, 100);
+	int			timeout_ms = 1000 + rnd_int(c, 2001);
+	int			ttl_ms = 3000 + rnd_int(c, 5001);
+	int64_t		ttl_us = (int64_t) ttl_ms * 1000;
+	bool		cancel = chaos && rnd_int(c, 50) == 0;
+	const char *mode = excl ? "exclusive" : "shared";
+	int			pick[3];
+	int			order[3] = {0, 1, 2};
+	int			by_token[3] = {0, 1, 2};
+	int			npick = 0;
+	char		names[3][32];
+	char		arr[128],
+				ttl[32],
+				tmo[32];
+	const char *p[5];
+	ModeHold   *rws[3];
+	ModeHold	unsafe_holds[3];
+	int			nrws = 0;
+	Hold		locks[3];
+	int			lock_idx[3];
+	int			nlocks = 0;
+	int			expect;
+	int64_t		tokens[3],
+				t0,
+				t1,
+				v;
+	int			ntok;
+	bool		isnull,
+				second;
+	PGresult   *res;
+	PGconn	   *conn;
+	double		ms;
+
+	if (pool < 2)
+		return false;
+	t0 = now_us();
+	for (int tries = 0; npick < want && tries < 20; tries++)
+	{
+		int			x = rnd_int(c, pool);
+
+		/* each name once; our own live leaked lease is left to expire */
+		bool		skip = x < nrw && leak_maybe_live(&c->rw[x], t0);
+
+		for (int j = 0; j < npick; j++)
+			skip = skip || pick[j] == x;
+		if (!skip)
+			pick[npick++] = x;
+	}
+	if (npick < 2)
+		return false;
+	for (int j = 0; j < npick; j++)
+		snprintf(names[j], sizeof(names[j]), pick[j] < nrw ? "rw-%d" : "lock-%d",
+				 pick[j] < nrw ? pick[j] : pick[j] - nrw);
+	name_array(arr, sizeof(arr), names, order, npick);
+
+	if (unsafe_modes && excl)
+	{
+		/* --unsafe-modes: the writers go in without leases */
+		memset(unsafe_holds, 0, sizeof(unsafe_holds));
+		for (int j = 0; j < npick; j++)
+		{
+			mode_init(&unsafe_holds[j], false, pick[j]);
+			unsafe_holds[j].excl = true;
+			rws[j] = &unsafe_holds[j];
+		}
+		sort_holds(rws, npick);
+		for (int s = 1 + rnd_int(c, 2); s > 0 && !c->fatal; s--)
+			if (mode_step(c, rws, npick) <= 0)
+				break;
+		return true;
+	}
+
+	snprintf(ttl, sizeof(ttl), "%d ms", ttl_ms);
+	snprintf(tmo, sizeof(tmo), "%d ms", timeout_ms);
+	p[0] = arr;
+	p[1] = ttl;
+	c->st->multi_calls++;
+	if (!excl)
+		c->st->multi_shared++;
+	t0 = now_us();
+	if (cancel)
+	{
+		/* an unlimited wait ended by statement_timeout leaves us nothing */
+		p[2] = NULL;
+		p[3] = c->owner;
+		p[4] = mode;
+		res = run_cancelled(c, "acq_all", 5, p);
+		if (res == NULL)
+			return true;
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			c->st->ops++;
+			c->st->multi_acquires++;
+			if (!is_state(res, "57014"))
+			{
+				report(c, &c->st->errors, "dlock_acquire_all of %s ended by statement_timeout: %s",
+					   arr, PQerrorMessage(c->conn));
+				c->fatal = true;
+				PQclear(res);
+				return true;
+			}
+			PQclear(res);
+			c->st->cancels++;
+			for (int j = 0; j < npick && !c->fatal; j++)
+			{
+				const char *r[3] = {names[j], "1 s", c->owner};
+
+				if (!run_int(c, c->conn, "renew", 3, r, &isnull, &v))
+					return true;
+				c->st->ops++;
+				c->st->renews++;
+				if (!isnull)
+				{
+					report(c, &c->st->lease_lost,
+						   "a cancelled dlock_acquire_all of %s left us holding %s (renew succeeded): ENGINE BUG",
+						   arr, names[j]);
+					r[1] = c->owner;
+					r[2] = NULL;
+					(void) run_int(c, c->conn, "rel", 3, r, &isnull, &v);
+				}
+			}
+			return true;
+		}
+	}
+	else if (how < 40)
+	{
+		p[2] = c->owner;
+		p[3] = mode;
+		res = run(c, c->conn, "try_all", 4, p);
+	}
+	else
+	{
+		p[2] = how < 95 ? tmo : NULL;
+		p[3] = c->owner;
+		p[4] = mode;
+		res = run(c, c->conn, "acq_all", 5, p);
+	}
+	if (res == NULL)
+		return true;
+	t1 = now_us();
+	c->st->ops++;
+	ms = (t1 - t0) / 1000.0;
+	if (cancel || how >= 40)
+		c->st->multi_acquires++;
+	if (PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		if (cancel || how >= 95)
+			report(c, &c->st->probe_fail, "dlock_acquire_all of %s without timeout returned NULL",
+				   arr);
+		else if (how < 40)
+			c->st->multi_refused++;
+		else
+		{
+			c->st->multi_timeouts++;
+			if (ms - timeout_ms > c->st->max_overshoot_ms)
+				c->st->max_overshoot_ms = ms - timeout_ms;
+		}
+		return true;
+	}
+	ntok = parse_tokens(PQgetvalue(res, 0, 0), tokens, 3);
+	if (ntok != npick)
+	{
+		report(c, &c->st->token_viol, "dlock_%s_all(%s) returned %s", how < 40 ? "try" : "acquire",
+			   arr, PQgetvalue(res, 0, 0));
+		PQclear(res);
+		return true;
+	}
+	PQclear(res);
+	if (cancel)
+		c->st->cancel_grants++;
+	if ((cancel || how >= 40) && ms > c->st->max_multi_wait_ms)
+		c->st->max_multi_wait_ms = ms;
+	c->st->multi_granted++;
+	c->st->multi_names += npick;
+	c->st->grants += npick;
+
+	/* all granted during this call: in token order, each above all before */
+	for (int j = 1; j < npick; j++)
+		for (int k = j; k > 0 && tokens[by_token[k - 1]] > tokens[by_token[k]]; k--)
+		{
+			int			t = by_token[k];
+
+			by_token[k] = by_token[k - 1];
+			by_token[k - 1] = t;
+		}
+	for (int j = 0; j < npick; j++)
+		check_new_token(c, names[by_token[j]], tokens[by_token[j]]);
+
+	for (int j = 0; j < npick; j++)
+	{
+		if (pick[j] < nrw)
+		{
+			ModeHold   *m = &c->rw[pick[j]];
+
+			m->h.token = tokens[j];
+			m->h.ttl_ms = ttl_ms;
+			m->h.granted = t1;
+			m->h.lo_expiry = t0 + ttl_us;
+			m->hi_expiry = t1 + ttl_us;
+			m->excl = excl;
+			m->leak = false;
+			m->read = false;
+			m->wrote = false;
+			rws[nrws++] = m;
+		}
+		else
+		{
+			Hold	   *h = &locks[nlocks];
+
+			h->name = names[j];
+			h->token = tokens[j];
+			h->ttl_ms = ttl_ms;
+			h->granted = t1;
+			h->lo_expiry = t0 + ttl_us;
+			lock_idx[nlocks++] = pick[j] - nrw;
+		}
+	}
+	sort_holds(rws, nrws);
+	for (int s = nrws > 0 ? 1 + rnd_int(c, 2) : 0; s > 0 && !c->fatal; s--)
+		if (mode_step(c, rws, nrws) <= 0)
+			break;
+	for (int j = 0; j < nlocks && !c->fatal; j++)
+	{
+		if (c->prev_grant == 0)
+			c->prev_grant = locks[j].token;
+		critical_section(c, lock_idx[j], &locks[j]);
+		c->prev_grant = locks[j].token;
+	}
+	if (c->fatal)
+		return true;
+
+	/* release them all, in another order, maybe via conn2 */
+	expect = nlocks;
+	for (int j = 0; j < nrws; j++)
+		expect += rws[j]->h.token != 0;
+	for (int j = npick - 1; j > 0; j--)
+	{
+		int			k = rnd_int(c, j + 1);
+		int			t = order[j];
+
+		order[j] = order[k];
+		order[k] = t;
+	}
+	name_array(arr, sizeof(arr), names, order, npick);
+	conn = holder_conn(c, &second);
+	p[0] = arr;
+	p[1] = c->owner;
+	t0 = now_us();
+	if (!run_int(c, conn, "rel_all", 2, p, &isnull, &v))
+		return true;
+	c->st->ops++;
+	c->st->releases += v;
+	if (isnull || v != expect)
+		report(c, &c->st->lease_lost,
+			   "dlock_release_all(%s)%s released %" PRId64 " of %d leases, %.1f ms after the grant (ttl %d ms)",
+			   arr, second ? " (2nd connection)" : "", v, expect, (t0 - t1) / 1000.0, ttl_ms);
+	for (int j = 0; j < nrws; j++)
+		rws[j]->h.token = 0;
+	return true;
+}
+
 /* ---------- a client process ---------- */
 
 static void
@@ -1149,9 +2049,18 @@ client_main(int id, int start_fd)
 	char		app[64],
 				buf;
 	int64_t		end;
+	int			exp_from = 1000 - exp_pct * 10;
+	int			rw_from = exp_from - rw_pct * 10;
+	int			sem_from = rw_from - sem_pct * 10;
+	int			multi_from = sem_from - multi_pct * 10;
 
 	c->id = id;
 	c->st = &results[id];
+	for (int j = 0; j < MAX_MODE_NAMES; j++)
+	{
+		mode_init(&c->rw[j], false, j);
+		mode_init(&c->sem[j], true, j);
+	}
 	c->rng = seed ^ ((uint64_t) (id + 1) * UINT64_C(0xD1B54A32D192ED03));
 	c->fake_busy = (int64_t) (id + 1) << 32;
 	snprintf(c->owner, sizeof(c->owner), "c%d", id);
@@ -1176,9 +2085,13 @@ client_main(int id, int start_fd)
 	{
 		int			r = rnd_int(c, 1000);
 
+		/* a kind that declines (say, our own leaked lease) makes a main op */
 		if (chaos && r < 1)
 			disconnect_op(c);
-		else if (r >= 1000 - exp_pct * 10 && exp_op(c))
+		else if (r >= exp_from ? exp_op(c) :
+				 r >= rw_from ? mode_op(c, false) :
+				 r >= sem_from ? mode_op(c, true) :
+				 r >= multi_from ? multi_op(c) : false)
 			;
 		else
 			main_op(c);
@@ -1221,13 +2134,23 @@ setup(PGconn *conn)
 		exit(2);
 	}
 	PQclear(res);
-	PQclear(must(conn, "DROP TABLE IF EXISTS stress_counter, stress_exp"));
+	PQclear(must(conn, "DROP TABLE IF EXISTS stress_counter, stress_exp, stress_rw, stress_span"));
 	PQclear(must(conn, "CREATE TABLE stress_counter (name text PRIMARY KEY, "
 				 "n bigint NOT NULL DEFAULT 0, last_token bigint NOT NULL DEFAULT 0, "
 				 "busy bigint NOT NULL DEFAULT 0)"));
 	PQclear(must(conn, "CREATE TABLE stress_exp (name text PRIMARY KEY, "
 				 "last_token bigint NOT NULL DEFAULT 0, prev_token bigint NOT NULL DEFAULT 0, "
 				 "grants bigint NOT NULL DEFAULT 0)"));
+	PQclear(must(conn, "CREATE TABLE stress_rw (name text PRIMARY KEY, "
+				 "n bigint NOT NULL DEFAULT 0, last_token bigint NOT NULL DEFAULT 0)"));
+	/* kind: r reader, w writer, p semaphore holder; times on our clock, us */
+	PQclear(must(conn, "CREATE UNLOGGED TABLE stress_span (name text NOT NULL, "
+				 "token bigint NOT NULL, kind text NOT NULL, "
+				 "t_in bigint NOT NULL, t_out bigint NOT NULL)"));
+	snprintf(sql, sizeof(sql),
+			 "INSERT INTO stress_rw (name) SELECT 'rw-' || i FROM generate_series(0, %d) i",
+			 nrw - 1);
+	PQclear(must(conn, sql));
 	snprintf(sql, sizeof(sql),
 			 "INSERT INTO stress_counter (name) SELECT 'lock-' || i FROM generate_series(0, %d) i",
 			 nnames - 1);
@@ -1242,7 +2165,7 @@ setup(PGconn *conn)
 	for (;;)
 	{
 		res = must(conn, "SELECT count(*) FROM dlock_locks "
-				   "WHERE name LIKE 'lock-%' OR name LIKE 'exp-%'");
+				   "WHERE name ~ '^(lock|exp|rw|sem)-[0-9]+$'");
 		if (strcmp(PQgetvalue(res, 0, 0), "0") == 0)
 		{
 			PQclear(res);
@@ -1251,7 +2174,7 @@ setup(PGconn *conn)
 		PQclear(res);
 		if (now_us() > deadline)
 		{
-			fprintf(stderr, "leases on lock-* / exp-* names are still held; not starting\n");
+			fprintf(stderr, "leases on lock-* / exp-* / rw-* / sem-* names are still held; not starting\n");
 			exit(2);
 		}
 		usleep(100000);
@@ -1274,12 +2197,19 @@ usage(const char *prog)
 			"  -n, --names=N        lock-* names with a critical section (default 8)\n"
 			"  -e, --exp-names=N    exp-* names with short leaked leases (default names/2, min 2)\n"
 			"  -p, --exp-pct=P      percent of operations on exp-* names (default 15)\n"
+			"  -r, --rw-names=N     rw-* names taken shared or exclusive (default names/2, min 2)\n"
+			"  -m, --sem-names=N    sem-* names, semaphores (default 2)\n"
+			"  --permits=N          permits of every sem-* name (default 3)\n"
+			"  --rw-pct=P           percent of operations on rw-* names (default 25)\n"
+			"  --sem-pct=P          percent of operations on sem-* names (default 12)\n"
+			"  --multi-pct=P        percent of operations that are multi-locks (default 8)\n"
 			"  -t, --duration=S     seconds (default 15)\n"
 			"  -s, --seed=N         random seed (default 1)\n"
 			"  -v, --verbose        per-client lines\n"
 			"  --no-chaos           no cancelled or abandoned waits\n"
 			"  --unsafe             skip the lock around the critical section (must FAIL)\n"
-			"  --unsafe-tokens      write the previous grant's token (must FAIL)\n",
+			"  --unsafe-tokens      write the previous grant's token (must FAIL)\n"
+			"  --unsafe-modes       writers and semaphore holders skip the lock (must FAIL)\n",
 			prog);
 	exit(2);
 }
@@ -1299,6 +2229,13 @@ main(int argc, char **argv)
 		{"unsafe", no_argument, NULL, 1},
 		{"unsafe-tokens", no_argument, NULL, 2},
 		{"no-chaos", no_argument, NULL, 3},
+		{"rw-names", required_argument, NULL, 'r'},
+		{"sem-names", required_argument, NULL, 'm'},
+		{"permits", required_argument, NULL, 4},
+		{"rw-pct", required_argument, NULL, 5},
+		{"sem-pct", required_argument, NULL, 6},
+		{"multi-pct", required_argument, NULL, 7},
+		{"unsafe-modes", no_argument, NULL, 8},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -1316,11 +2253,15 @@ main(int argc, char **argv)
 	bool		fail = false;
 	bool		hung = false;
 	long		lost = 0,
+				rw_lost = 0,
 				phantom = 0,
-				check_viol = 0;
+				check_viol = 0,
+				spans = 0,
+				span_viol = 0;
+	int			span_sem_max = 0;
 	double		secs;
 
-	while ((opt = getopt_long(argc, argv, "d:c:n:e:p:t:s:vh", longopts, NULL)) != -1)
+	while ((opt = getopt_long(argc, argv, "d:c:n:e:p:t:s:r:m:vh", longopts, NULL)) != -1)
 	{
 		switch (opt)
 		{
@@ -1357,6 +2298,27 @@ main(int argc, char **argv)
 			case 3:
 				chaos = false;
 				break;
+			case 'r':
+				nrw = atoi(optarg);
+				break;
+			case 'm':
+				nsem = atoi(optarg);
+				break;
+			case 4:
+				permits = atoi(optarg);
+				break;
+			case 5:
+				rw_pct = atoi(optarg);
+				break;
+			case 6:
+				sem_pct = atoi(optarg);
+				break;
+			case 7:
+				multi_pct = atoi(optarg);
+				break;
+			case 8:
+				unsafe_modes = true;
+				break;
 			default:
 				usage(argv[0]);
 		}
@@ -1365,23 +2327,31 @@ main(int argc, char **argv)
 		usage(argv[0]);
 	if (nexp < 0)
 		nexp = nnames / 2 < 2 ? 2 : nnames / 2;
+	if (nrw < 0)
+		nrw = nnames / 2 < 2 ? 2 : nnames / 2;
 	if (nclients < 1 || nclients > MAX_CLIENTS || nnames < 1 || nnames > MAX_NAMES ||
-		nexp < 1 || nexp > MAX_NAMES || duration < 1 || exp_pct < 0 || exp_pct > 100)
+		nexp < 1 || nexp > MAX_NAMES || duration < 1 || exp_pct < 0 ||
+		nrw > MAX_MODE_NAMES || nsem < 0 || nsem > MAX_MODE_NAMES || permits < 1 ||
+		rw_pct < 0 || sem_pct < 0 || multi_pct < 0 ||
+		exp_pct + rw_pct + sem_pct + multi_pct > 100)
 	{
-		fprintf(stderr, "option out of range (clients 1..%d, names 1..%d, exp-names 1..%d, duration >= 1, exp-pct 0..100)\n",
-				MAX_CLIENTS, MAX_NAMES, MAX_NAMES);
+		fprintf(stderr, "option out of range (clients 1..%d, names 1..%d, exp-names 1..%d, "
+				"rw-names and sem-names 0..%d, permits >= 1, duration >= 1, "
+				"percentages >= 0 adding up to at most 100)\n",
+				MAX_CLIENTS, MAX_NAMES, MAX_NAMES, MAX_MODE_NAMES);
 		exit(2);
 	}
 
-	results = mmap(NULL, sizeof(Stats) * nclients + sizeof(int), PROT_READ | PROT_WRITE,
+	results = mmap(NULL, sizeof(Stats) * nclients + sizeof(Board), PROT_READ | PROT_WRITE,
 				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (results == MAP_FAILED)
 	{
 		perror("mmap");
 		exit(2);
 	}
-	memset(results, 0, sizeof(Stats) * nclients + sizeof(int));
-	all_reports = (int *) &results[nclients];
+	memset(results, 0, sizeof(Stats) * nclients + sizeof(Board));
+	board = (Board *) &results[nclients];
+	all_reports = &board->reports;
 	token_seen = mmap(NULL, TOKEN_BITS / 8, PROT_READ | PROT_WRITE,
 					  MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (token_seen == MAP_FAILED)
@@ -1394,9 +2364,10 @@ main(int argc, char **argv)
 	setup(conn);
 
 	printf("dlock_stress: %d clients (%d with a second connection per owner), %d names + %d exp names, "
-		   "%d s, seed %" PRIu64 "%s%s\n",
-		   nclients, (nclients + 2) / 4, nnames, nexp, duration, seed,
-		   unsafe ? ", UNSAFE (no lock)" : "", unsafe_tokens ? ", UNSAFE-TOKENS (stale tokens)" : "");
+		   "%d rw names, %d sem names of %d permits, %d s, seed %" PRIu64 "%s%s%s\n",
+		   nclients, (nclients + 2) / 4, nnames, nexp, nrw, nsem, permits, duration, seed,
+		   unsafe ? ", UNSAFE (no lock)" : "", unsafe_tokens ? ", UNSAFE-TOKENS (stale tokens)" : "",
+		   unsafe_modes ? ", UNSAFE-MODES (writers and semaphore holders skip the lock)" : "");
 	fflush(stdout);
 
 	if (pipe(gate) != 0)
@@ -1493,6 +2464,36 @@ main(int argc, char **argv)
 		tot.errors += s->errors;
 		tot.dup_tokens += s->dup_tokens;
 		tot.unchecked_tokens += s->unchecked_tokens;
+		tot.rw_shared_grants += s->rw_shared_grants;
+		tot.rw_excl_grants += s->rw_excl_grants;
+		tot.sem_grants += s->sem_grants;
+		tot.mode_refused += s->mode_refused;
+		tot.sem_refused += s->sem_refused;
+		tot.mode_extends += s->mode_extends;
+		tot.mode_skips += s->mode_skips;
+		tot.leaks += s->leaks;
+		tot.steps += s->steps;
+		tot.mode_expired += s->mode_expired;
+		tot.rw_increments += s->rw_increments;
+		tot.reader_reads += s->reader_reads;
+		tot.multi_calls += s->multi_calls;
+		tot.multi_shared += s->multi_shared;
+		tot.multi_granted += s->multi_granted;
+		tot.multi_names += s->multi_names;
+		tot.multi_refused += s->multi_refused;
+		tot.multi_acquires += s->multi_acquires;
+		tot.multi_timeouts += s->multi_timeouts;
+		tot.mode_overlaps += s->mode_overlaps;
+		tot.permit_over += s->permit_over;
+		tot.reader_viol += s->reader_viol;
+		if (s->max_multi_wait_ms > tot.max_multi_wait_ms)
+			tot.max_multi_wait_ms = s->max_multi_wait_ms;
+		if (s->max_readers > tot.max_readers)
+			tot.max_readers = s->max_readers;
+		if (s->max_sem > tot.max_sem)
+			tot.max_sem = s->max_sem;
+		for (int k = 0; k < nrw; k++)
+			tot.rw_incr[k] += s->rw_incr[k];
 		if (s->max_try_ms > tot.max_try_ms)
 			tot.max_try_ms = s->max_try_ms;
 		if (s->max_overshoot_ms > tot.max_overshoot_ms)
@@ -1545,6 +2546,93 @@ main(int argc, char **argv)
 	}
 	PQclear(res);
 
+	/* rw-* names: every increment a writer committed is in the table */
+	res = must(conn, "SELECT name, n FROM stress_rw ORDER BY name");
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		const char *nm = PQgetvalue(res, r, 0);
+		int			k = atoi(nm + strlen("rw-"));
+		int64_t		n = strtoll(PQgetvalue(res, r, 1), NULL, 10);
+
+		if (n < tot.rw_incr[k])
+		{
+			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but writers made %" PRId64
+					" increments: %" PRId64 " lost updates\n", nm, n, tot.rw_incr[k], tot.rw_incr[k] - n);
+			rw_lost += tot.rw_incr[k] - n;
+		}
+		else if (n > tot.rw_incr[k])
+		{
+			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but writers made only %" PRId64 "\n",
+					nm, n, tot.rw_incr[k]);
+			phantom += n - tot.rw_incr[k];
+		}
+	}
+	PQclear(res);
+
+	/* everyone left the board */
+	for (int k = 0; k < nrw + nsem && !hung; k++)
+	{
+		uint64_t	v = k < nrw ? board->rw[k] : board->sem[k - nrw];
+
+		if (v != 0)
+		{
+			fprintf(stderr, "VIOLATION: %s-%d: board left at %" PRIu64 "\n",
+					k < nrw ? "rw" : "sem", k < nrw ? k : k - nrw, v);
+			check_viol++;
+		}
+	}
+
+	/*
+	 * The recorded spans, swept per name in time order (a leave before an
+	 * enter at the same microsecond): a writer inside together with anyone,
+	 * or more holders inside a sem-* name than it has permits.
+	 */
+	{
+		char		sql[1024];
+
+		snprintf(sql, sizeof(sql),
+				 "WITH ev AS (SELECT name, kind, t_in AS t, 1 AS d FROM stress_span "
+				 "UNION ALL SELECT name, kind, t_out, -1 FROM stress_span), "
+				 "run AS (SELECT name, d, sum(d) OVER w AS inside, "
+				 "sum(CASE WHEN kind = 'w' THEN d ELSE 0 END) OVER w AS writers "
+				 "FROM ev WINDOW w AS (PARTITION BY name ORDER BY t, d ROWS UNBOUNDED PRECEDING)) "
+				 "SELECT name, count(*) FILTER (WHERE d = 1), max(inside), "
+				 "count(*) FILTER (WHERE d = 1 AND (CASE WHEN name LIKE 'sem-%%' "
+				 "THEN inside > %d ELSE writers > 0 AND inside > 1 END)) "
+				 "FROM run GROUP BY name ORDER BY name", permits);
+		res = must(conn, sql);
+	}
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		const char *nm = PQgetvalue(res, r, 0);
+		long		bad = atol(PQgetvalue(res, r, 3));
+		int			most = atoi(PQgetvalue(res, r, 2));
+
+		spans += atol(PQgetvalue(res, r, 1));
+		if (strncmp(nm, "sem-", 4) == 0)
+			span_sem_max = most > span_sem_max ? most : span_sem_max;
+		if (bad > 0)
+			fprintf(stderr, "VIOLATION: %s: %ld recorded spans began %s (up to %d inside)\n", nm, bad,
+					strncmp(nm, "sem-", 4) == 0 ? "with all permits taken" : "while a writer was inside with someone",
+					most);
+		span_viol += bad;
+	}
+	PQclear(res);
+	if (span_viol > 0)
+	{
+		/* a few of the overlapping pairs, for the record */
+		res = must(conn, "SELECT a.name, a.kind, a.token, b.kind, b.token, "
+				   "least(a.t_out, b.t_out) - greatest(a.t_in, b.t_in) "
+				   "FROM stress_span a JOIN stress_span b ON a.name = b.name "
+				   "AND a.t_in < b.t_out AND b.t_in < a.t_out AND a.ctid < b.ctid "
+				   "WHERE a.name LIKE 'rw-%' AND 'w' IN (a.kind, b.kind) LIMIT 5");
+		for (int r = 0; r < PQntuples(res); r++)
+			fprintf(stderr, "  %s: %s token %s and %s token %s inside together for %s us\n",
+					PQgetvalue(res, r, 0), PQgetvalue(res, r, 1), PQgetvalue(res, r, 2),
+					PQgetvalue(res, r, 3), PQgetvalue(res, r, 4), PQgetvalue(res, r, 5));
+		PQclear(res);
+	}
+
 	/*
 	 * No waiter left behind.  Sessions that hung up while waiting get up to
 	 * 2 s to notice.
@@ -1566,9 +2654,13 @@ main(int argc, char **argv)
 	}
 	PQclear(res);
 
-	/* no lease still held by a stress owner, except the leaked exp-* ones */
+	/*
+	 * No lease still held by a stress owner once the leaked ones (ttl 100 ms
+	 * at most) have run out.
+	 */
+	usleep(150000);
 	res = must(conn, "SELECT name, owner, token, expires_at FROM dlock_locks "
-			   "WHERE owner ~ '^[cx][0-9]+$' AND name NOT LIKE 'exp-%'");
+			   "WHERE owner ~ '^[cx][0-9]+$'");
 	for (int r = 0; r < PQntuples(res); r++)
 	{
 		fprintf(stderr, "VIOLATION: lease left behind: %s held by %s token %s until %s\n",
@@ -1579,24 +2671,28 @@ main(int argc, char **argv)
 	PQclear(res);
 
 	/*
-	 * Every name is free now (exp-* leases last at most 100 ms) and its next
-	 * grant carries a token above every token the clients saw.
+	 * Every name is free now and its next grant carries a token above every
+	 * token the clients saw.
 	 */
-	usleep(150000);
 	{
 		int64_t		last_probe = tot.max_token;
+		static const char *const kinds[] = {"lock-%d", "exp-%d", "rw-%d", "sem-%d"};
+		int			counts[] = {nnames, nexp, nrw, nsem};
+		char		perm[16];
 
-		for (int kind = 0; kind < 2; kind++)
-			for (int k = 0; k < (kind == 0 ? nnames : nexp); k++)
+		snprintf(perm, sizeof(perm), "%d", permits);
+		for (int kind = 0; kind < 4; kind++)
+			for (int k = 0; k < counts[kind]; k++)
 			{
 				char		name[32];
 				const char *p[3];
 				char		tok[32];
 
-				snprintf(name, sizeof(name), kind == 0 ? "lock-%d" : "exp-%d", k);
+				snprintf(name, sizeof(name), kinds[kind], k);
 				p[0] = name;
-				res = PQexecParams(conn, "SELECT dlock_try($1, '5 s', 'probe')", 1, NULL, p,
-								   NULL, NULL, 0);
+				p[1] = kind == 3 ? perm : NULL;
+				res = PQexecParams(conn, "SELECT dlock_try($1, '5 s', 'probe', permits => $2::integer)",
+								   2, NULL, p, NULL, NULL, 0);
 				if (PQresultStatus(res) != PGRES_TUPLES_OK)
 				{
 					fprintf(stderr, "probe try on %s failed: %s", name, PQerrorMessage(conn));
@@ -1640,8 +2736,10 @@ main(int argc, char **argv)
 	printf("clients        %d\n", nclients);
 	printf("seconds        %.1f\n", secs);
 	printf("total ops      %ld (%.0f ops/s; dlock calls)\n", tot.ops, tot.ops / secs);
-	printf("grants         %ld (lock-* %ld, exp-* %ld; %.0f grants/s)\n",
-		   tot.grants, tot.main_grants, tot.exp_grants, tot.grants / secs);
+	printf("grants         %ld (lock-* %ld, exp-* %ld, rw-* %ld shared + %ld exclusive, sem-* %ld, "
+		   "%ld names by multi-locks; %.0f grants/s)\n",
+		   tot.grants, tot.main_grants, tot.exp_grants, tot.rw_shared_grants, tot.rw_excl_grants,
+		   tot.sem_grants, tot.multi_names, tot.grants / secs);
 	printf("tries          %ld, failed %ld\n", tot.tries, tot.try_fail);
 	printf("waits          %ld acquire calls (%ld without timeout), timeouts %ld\n",
 		   tot.acquires, tot.acq_nolimit, tot.acq_timeouts);
@@ -1654,13 +2752,30 @@ main(int argc, char **argv)
 		   tot.max_try_ms, tot.max_overshoot_ms, tot.max_section_ms);
 	printf("exp records    %ld inconclusive (lease may have expired before the record)\n",
 		   tot.exp_inconclusive);
+	printf("modes          rw-* refused %ld, sem-* refused %ld; %ld short leases leaked, "
+		   "%ld re-takes extended our own\n",
+		   tot.mode_refused, tot.sem_refused, tot.leaks, tot.mode_extends);
+	printf("multi-locks    %ld calls (%ld shared), granted %ld; try_all refused %ld; "
+		   "acquire_all %ld calls, timeouts %ld, granted after at most %.1f ms\n",
+		   tot.multi_calls, tot.multi_shared, tot.multi_granted, tot.multi_refused,
+		   tot.multi_acquires, tot.multi_timeouts, tot.max_multi_wait_ms);
+	printf("mode sections  %ld fenced steps (%ld spans), %ld cut short by a short lease's end; "
+		   "rw-* increments %ld, reader reads %ld\n",
+		   tot.steps, spans, tot.mode_expired, tot.rw_increments, tot.reader_reads);
+	printf("concurrency    up to %d readers inside one rw-* name, up to %d holders inside one sem-* "
+		   "name (%d in the spans)\n",
+		   tot.max_readers, tot.max_sem, span_sem_max);
 	printf("chaos          %ld acquires cancelled by statement_timeout (%ld granted first), "
 		   "%ld sessions hung up while waiting\n",
 		   tot.cancels, tot.cancel_grants, tot.disconnects);
 	printf("max token      %" PRId64 " (%" PRId64 " issued during the run, before the final probes)\n",
 		   tot.max_token, tot.max_token - baseline_token);
-	printf("lost updates   %ld%s\n", lost, phantom ? " (plus phantom increments)" : "");
+	printf("lost updates   %ld on lock-*, %ld on rw-*%s\n", lost, rw_lost,
+		   phantom ? " (plus phantom increments)" : "");
 	printf("overlaps       %ld\n", tot.overlaps);
+	printf("mode overlaps  %ld writer with others + %ld over the permits seen live; "
+		   "%ld in the spans; %ld reader saw a write\n",
+		   tot.mode_overlaps, tot.permit_over, span_viol, tot.reader_viol);
 	printf("token violations %ld; duplicate tokens %ld (%ld beyond the duplicate check)\n",
 		   tot.token_viol, tot.dup_tokens, tot.unchecked_tokens);
 	printf("leases lost    %ld (release false / renew NULL / holder re-try refused)\n", tot.lease_lost);
@@ -1668,8 +2783,9 @@ main(int argc, char **argv)
 	printf("end-state violations %ld\n", check_viol);
 	printf("errors         %ld%s\n", tot.errors, hung ? " (HANG)" : "");
 
-	if (lost || phantom || tot.overlaps || tot.token_viol || tot.dup_tokens || tot.lease_lost ||
-		tot.probe_fail || check_viol || tot.errors || hung)
+	if (lost || rw_lost || phantom || tot.overlaps || tot.token_viol || tot.dup_tokens ||
+		tot.lease_lost || tot.probe_fail || check_viol || tot.errors || hung ||
+		tot.mode_overlaps || tot.permit_over || span_viol || tot.reader_viol)
 		fail = true;
 	printf("RESULT: %s\n", fail ? "FAIL" : "PASS");
 	return fail ? 1 : 0;
