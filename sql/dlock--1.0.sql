@@ -21,7 +21,12 @@ CREATE TABLE dlock_leases (
 	version bigint NOT NULL,
 	mode text NOT NULL CHECK (mode IN ('exclusive', 'shared')),
 	permits integer CHECK (permits > 0),
-	PRIMARY KEY (name, token)
+	PRIMARY KEY (name, token),
+	-- what shared memory can hold; the rebuild skips rows that break these
+	CONSTRAINT dlock_leases_name_check CHECK (octet_length(name) BETWEEN 1 AND 200),
+	CONSTRAINT dlock_leases_owner_check CHECK (octet_length(owner) BETWEEN 1 AND 128),
+	CONSTRAINT dlock_leases_token_check CHECK (token > 0),
+	CONSTRAINT dlock_leases_expires_check CHECK (isfinite(expires_at))
 );
 REVOKE ALL ON dlock_leases FROM PUBLIC;
 

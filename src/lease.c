@@ -139,9 +139,14 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_
 	{
 		lease->version = version;
 		if (lease->expires != expires)
+		{
 			dlock_set_expires(lease, expires);
+			dlock_settle(dlock_head_of(lease), dlock_mono_now(),
+						 DLOCK_STAT_EXPIRED_BY_CALLER, false);
+		}
 	}
 	LWLockRelease(lock);
+	dlock_wake_all();
 	return version;
 }
 
@@ -199,6 +204,8 @@ retry:
 		prior_version = lease->version;
 		dlock_set_expires(lease, now + req->ttl);
 		lease->holder_pid = MyProcPid;
+		/* a shorter ttl moves the end closer: the head waiter re-arms */
+		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, true);
 	}
 	else if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, now))
 	{

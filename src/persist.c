@@ -27,6 +27,7 @@
 #include "miscadmin.h"
 #include "storage/condition_variable.h"
 #include "storage/fd.h"
+#include "storage/lock.h"
 #include "storage/procarray.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
@@ -462,6 +463,73 @@ purge_database(void)
 	dlock_unlock_all_partitions();
 }
 
+/*
+ * Restores one row's lease, unless the name already has a live lease of the
+ * same owner and role.  Returns false when the table is full.
+ */
+static bool
+restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
+			int64 mono_now, TimestampTz wall_now)
+{
+	uint32		hash = dlock_key_hash(key);
+	LWLock	   *lock = dlock_partition_lock(hash);
+	bool		isnull;
+	text	   *owner = DatumGetTextPP(SPI_getbinval(tuple, desc, 2, &isnull));
+	Oid			roleid = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
+	uint64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+	DLockEntry *head;
+	DLockEntry *lease = NULL;
+	DLockEntry *each;
+	dlist_mutable_iter iter;
+	DLockOwner	o;
+	bool		found;
+	bool		skip = false;
+
+	o.len = VARSIZE_ANY_EXHDR(owner);
+	memcpy(o.str, VARDATA_ANY(owner), o.len);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	head = dlock_find_or_create(key, hash, &found);
+	if (head != NULL)
+	{
+		dlock_foreach_lease(each, head, iter)
+		{
+			if (each->token == token ||
+				(each->roleid == roleid && dlock_owner_equal(&each->owner, &o)))
+				skip = true;
+		}
+		if (head->nleases == 0)
+			head->permits = permits;
+		if (!skip)
+			lease = dlock_restore(head, token);
+	}
+	if (lease != NULL)
+	{
+		memcpy(&lease->owner, &o, offsetof(DLockOwner, str) + o.len);
+		lease->roleid = roleid;
+		lease->granted_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+		lease->version = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
+		lease->mode = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull)) ?
+			DLOCK_SHARED : DLOCK_EXCLUSIVE;
+		lease->durable = true;
+		lease->holder_pid = 0;
+		dlock_set_expires(lease, mono_now +
+						  (DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now));
+	}
+	else if (head != NULL)
+		dlock_drop_if_unused(head);
+	LWLockRelease(lock);
+	return head != NULL && (skip || lease != NULL);
+}
+
+/*
+ * Rebuilds this database's leases from its table.  Rows are read newest
+ * first per name, and only a set that could have been live together is
+ * restored: a row older than a newer exclusive lease, or than a newer
+ * declaration of the name's kind, or beyond a semaphore's permits, belongs
+ * to a lease that had ended (its grant's transaction may have committed
+ * only after a release it could not see).  Expired rows are not revived but
+ * still count as newer.  Rows that break the table's rules are skipped.
+ */
 static void
 load_rows(void)
 {
@@ -469,6 +537,14 @@ load_rows(void)
 	uint64		max_token = 0;
 	int64		mono_now;
 	TimestampTz wall_now;
+	text	   *prev = NULL;
+	int32		kind = 0;
+	int			kept = 0;
+	int			seen = 0;
+	bool		closed = false;
+	int64		dead = 0;
+	int64		stale = 0;
+	int64		invalid = 0;
 
 	spi_begin(&saved, false, true);
 
@@ -479,8 +555,11 @@ load_rows(void)
 	 */
 	PushActiveSnapshot(GetLatestSnapshot());
 	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
-							 " mode = 'shared', coalesce(permits, 0)"
-							 " FROM %s WHERE expires_at > clock_timestamp()", lease_table),
+							 " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
+							 " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(),"
+							 " pg_catalog.octet_length(name), pg_catalog.octet_length(owner),"
+							 " pg_catalog.isfinite(expires_at)"
+							 " FROM %s ORDER BY name, token DESC", lease_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 
@@ -492,64 +571,75 @@ load_rows(void)
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		text	   *name = DatumGetTextPP(SPI_getbinval(tuple, desc, 1, &isnull));
-		text	   *owner = DatumGetTextPP(SPI_getbinval(tuple, desc, 2, &isnull));
-		uint64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+		int64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+		bool		shared = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
+		int32		permits = DatumGetInt32(SPI_getbinval(tuple, desc, 9, &isnull));
+		bool		live = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
+		int32		name_len = DatumGetInt32(SPI_getbinval(tuple, desc, 11, &isnull));
+		int32		owner_len = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
+		bool		finite = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
+		bool		keep;
 		DLockKey	key;
-		uint32		hash;
-		DLockEntry *head;
-		DLockEntry *lease = NULL;
-		bool		found;
-		bool		full;
-		LWLock	   *lock;
 
-		dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-		hash = dlock_key_hash(&key);
-		lock = dlock_partition_lock(hash);
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		head = dlock_find_or_create(&key, hash, &found);
-		full = (head == NULL);
-		if (head != NULL && dlock_find_lease(&key, hash, token) == NULL)
+		if (token <= 0 || name_len < 1 || name_len > DLOCK_NAME_MAX ||
+			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !finite || permits < 0)
 		{
-			if (head->nleases == 0)
-				head->permits = DatumGetInt32(SPI_getbinval(tuple, desc, 9, &isnull));
-			lease = dlock_restore(head, token);
-			full = (lease == NULL);
+			invalid++;
+			continue;
 		}
-		if (lease != NULL)
+		max_token = Max(max_token, (uint64) token);
+
+		/* the newest row of a name declares its kind */
+		if (prev == NULL || VARSIZE_ANY_EXHDR(prev) != (Size) name_len ||
+			memcmp(VARDATA_ANY(prev), VARDATA_ANY(name), name_len) != 0)
 		{
-			lease->owner.len = VARSIZE_ANY_EXHDR(owner);
-			memcpy(lease->owner.str, VARDATA_ANY(owner), lease->owner.len);
-			lease->roleid = DatumGetObjectId(SPI_getbinval(tuple, desc, 3, &isnull));
-			lease->granted_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
-			lease->version = DatumGetInt64(SPI_getbinval(tuple, desc, 7, &isnull));
-			lease->mode = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull)) ?
-				DLOCK_SHARED : DLOCK_EXCLUSIVE;
-			lease->durable = true;
-			lease->holder_pid = 0;
-			dlock_set_expires(lease, mono_now +
-							  (DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now));
+			prev = name;
+			kind = permits;
+			kept = 0;
+			seen = 0;
+			closed = false;
 		}
-		else if (head != NULL)
-			dlock_drop_if_unused(head);
-		LWLockRelease(lock);
-		if (full)
+		if (closed || permits != kind)
+			keep = false;
+		else if (kind != 0)
+			keep = live && kept < kind;
+		else if (!shared)
+		{
+			/* an exclusive lease ended every older one before it began */
+			keep = (seen == 0);
+			closed = true;
+		}
+		else
+			keep = true;
+		if (permits != kind || (kind != 0 && live && !keep))
+			closed = true;
+		seen++;
+
+		if (!live)
+		{
+			dead++;
+			continue;
+		}
+		if (!keep)
+		{
+			stale++;
+			continue;
+		}
+		kept++;
+		dlock_make_key(&key, VARDATA_ANY(name), name_len);
+		if (!restore_row(&key, tuple, desc, kind, mono_now, wall_now))
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("dlock lease table is full while restoring leases"),
 					 errhint("Increase dlock.max_locks and restart the server.")));
-		max_token = Max(max_token, token);
 	}
-	if (SPI_execute(psprintf("SELECT count(*) FROM %s WHERE expires_at <= clock_timestamp()",
-							 lease_table), true, 0) == SPI_OK_SELECT && SPI_processed == 1)
-	{
-		bool		isnull;
-		int64		dead = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-													   SPI_tuptable->tupdesc, 1, &isnull));
-
-		SpinLockAcquire(&dbs->mutex);
-		my_slot->dead_rows += (int) Min(dead, INT_MAX / 2);
-		SpinLockRelease(&dbs->mutex);
-	}
+	if (stale > 0 || invalid > 0)
+		ereport(LOG,
+				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
+						stale, invalid, lease_table)));
+	SpinLockAcquire(&dbs->mutex);
+	my_slot->dead_rows += (int) Min(dead + stale, INT_MAX / 2);
+	SpinLockRelease(&dbs->mutex);
 	PopActiveSnapshot();
 	spi_end(&saved);
 	raise_token_floor(max_token + 1);
@@ -818,6 +908,29 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
 }
 
 /*
+ * A lease row is invisible to other transactions until the grant that
+ * inserted it commits: a release or force-release from another session
+ * could then miss it, and the row would revive the ended lease after a
+ * restart.  So the granting transaction holds a lock on the token until it
+ * ends, and a deleter waits for that lock first.  The lock is an advisory
+ * one (it shows in pg_locks with objsubid 3, clear of the advisory lock
+ * functions' 1 and 2).
+ */
+#define LEASE_ROW_LOCK_FIELD4	3
+
+static void
+lease_row_lock(uint64 token, LOCKMODE mode, bool wait_only)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (token >> 32), (uint32) token,
+						 LEASE_ROW_LOCK_FIELD4);
+	(void) LockAcquire(&tag, mode, false, false);
+	if (wait_only)
+		LockRelease(&tag, mode, false);
+}
+
+/*
  * Stores a lease.  A new grant (is_new) inserts its own row: its token is
  * new, so no other row can be in the way.  An exclusive grant on a plain
  * lock also deletes the rows of the name's older leases, which have all
@@ -872,6 +985,7 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 	version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 1, &isnull));
 	spi_end(&saved);
+	lease_row_lock(row->token, ExclusiveLock, false);
 	ForceSyncCommit();
 	return version;
 }
@@ -884,6 +998,8 @@ dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version)
 	Datum		args[3];
 	int			attempt;
 
+	/* the row of a grant still in progress elsewhere: wait until it ends */
+	lease_row_lock(token, ShareLock, true);
 	spi_begin(&saved, true, false);
 	if (plan_delete == NULL)
 		prepare_delete();

@@ -141,9 +141,16 @@ dlock_shmem_startup(void)
 	info.hash = key_hash_fn;
 	info.match = key_match_fn;
 	info.num_partitions = DLOCK_PARTITIONS;
+	/*
+	 * Fixed size: the leases of one name share a free list (the low bits of
+	 * their hashes agree), and a short list must borrow from the others, not
+	 * from the server's spare shared memory.  The entry counter keeps the
+	 * total within what is preallocated.
+	 */
 	lock_hash = ShmemInitHash("dlock leases", dlock_max_locks, dlock_max_locks,
 							  &info,
-							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_PARTITION);
+							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_PARTITION |
+							  HASH_FIXED_SIZE);
 
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -456,8 +463,9 @@ dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now)
 
 /*
  * Puts a lease with token on head's name: in the head when it has none,
- * else in a further entry.  reserved: the caller already counted that entry
- * (a queued waiter did).  Returns NULL when the table is full.
+ * else in a further entry.  reserved: an entry is counted for it already;
+ * a reservation not used up here is given back.  Returns NULL (keeping the
+ * reservation) when the entry cannot be made.
  */
 static DLockEntry *
 place_lease(DLockEntry *head, uint64 token, bool reserved)
@@ -475,16 +483,12 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	{
 		DLockKey	key;
 
-		if (!reserved && !dlock_reserve())
-			return NULL;
+		Assert(reserved);
 		memcpy(&key, &head->key, sizeof(DLockKey));
 		key.token = token;
 		lease = create_entry(&key, dlock_key_hash(&key), head);
 		if (lease == NULL)
-		{
-			dlock_unreserve();
 			return NULL;
-		}
 		dlist_push_tail(&head->u.h.holders, &lease->u.x.node);
 	}
 	head->nleases++;
@@ -495,24 +499,34 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 }
 
 /*
- * Gives a new lease on head's name with a fresh fencing token.  Returns
- * NULL when the table is full.
+ * Gives a new lease on head's name with a fresh fencing token.  reserved:
+ * the caller (a queued waiter) counted an entry for it already, and keeps
+ * that reservation if NULL is returned.  Returns NULL when the table is
+ * full.
  */
 DLockEntry *
 dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 			int64 ttl, int64 now, bool durable, DLockMode mode, bool reserved)
 {
 	DLockEntry *lease;
+	uint64		token;
+	bool		own_reservation = false;
 
+	/* first, as it may fail: nothing is reserved or changed yet */
+	token = dlock_token_next();
 	if (head->token != 0 && !reserved)
 	{
 		if (!dlock_reserve())
 			return NULL;
-		reserved = true;
+		own_reservation = true;
 	}
-	lease = place_lease(head, dlock_token_next(), reserved);
+	lease = place_lease(head, token, reserved || own_reservation);
 	if (lease == NULL)
+	{
+		if (own_reservation)
+			dlock_unreserve();
 		return NULL;
+	}
 	lease->durable = durable;
 	lease->mode = mode;
 	dlock_count(DLOCK_STAT_GRANTS);
@@ -531,7 +545,15 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 DLockEntry *
 dlock_restore(DLockEntry *head, uint64 token)
 {
-	return place_lease(head, token, false);
+	DLockEntry *lease;
+	bool		reserved = (head->token != 0);
+
+	if (reserved && !dlock_reserve())
+		return NULL;
+	lease = place_lease(head, token, reserved);
+	if (lease == NULL && reserved)
+		dlock_unreserve();
+	return lease;
 }
 
 /*

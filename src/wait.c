@@ -273,7 +273,7 @@ sleep_until(int64 wake_at, int64 now)
 	long		timeout_ms = -1;
 
 	if (wake_at != 0)
-		timeout_ms = (long) ((Max(wake_at - now, 0) + 999) / 1000);
+		timeout_ms = (long) Min((Max(wake_at - now, 0) + 999) / 1000, INT_MAX);
 
 	if (WaitEventSetWait(wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION) == 1 &&
 		(event.events & WL_SOCKET_CLOSED))

@@ -6,7 +6,7 @@
 #
 # Writes a markdown section to <out.md>:
 #   1. shared memory per lease slot: the server's total shared memory at
-#      dlock.max_locks = 16,384 and at 1,100,000, difference over slots;
+#      dlock.max_locks = 16,384 and at 1,200,000, difference over slots;
 #   2. try + release latency (pgbench, 1 client, memory-only) with 1,000 and
 #      with 1,000,000 other live leases;
 #   3. 100,000 leases expiring at once (with the million still live): how long
@@ -21,7 +21,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 OUTMD=${1:?usage: scale.sh <out.md> [tmpdir]}
 DUR=${SCALE_SECONDS:-10}
-BIG=1100000
+BIG=1200000
 SMALL=16384
 if [ -n "${2:-}" ]; then
   TMP=$2
@@ -116,7 +116,7 @@ for _ in $(seq 400); do
   if [ "$n" -ge 100000 ]; then DONE_AT=$(date +%s.%N); break; fi
   sleep 0.05
 done
-wait "$PGB"
+wait "$PGB" || { log "pgbench during the expiry failed: $(grep -m1 error "$TMP/scale-expiry.txt")"; exit 1; }
 END_S=$(awk -v e="$EXPIRES" -v d="${DONE_AT:-0}" 'BEGIN { if (d == 0) print "n/a"; else printf "%.2f", d - e }')
 # latency of the other name's transactions from 0.5 s before expiry to 2 s after
 cat "$TMP"/scale_log.* | awk -v e="$EXPIRES" '{ t = $5 + $6 / 1e6; lat = $3 / 1000

@@ -99,7 +99,7 @@ static bool unsafe = false;
 static bool unsafe_tokens = false;
 static bool unsafe_modes = false;
 static int	nrw = -1;			/* rw-* names; default max(2, nnames / 2) */
-static int	nsem = 2;			/* sem-* names */
+static int	nsem = 1;			/* sem-* names */
 static int	permits = 3;		/* of every sem-* name */
 static int	rw_pct = 25;		/* percent of operations on rw-* names */
 static int	sem_pct = 12;		/* ... on sem-* names */
@@ -1349,8 +1349,13 @@ mode_step(Client *c, ModeHold **hs, int nh)
 		board_enter(c, hs[i]);
 	for (int pass = 0; pass < 2 && !c->fatal; pass++)
 	{
-		/* widen the window between the passes now and then */
-		if (pass == 1 && rnd_int(c, 2) == 0)
+		/*
+		 * Widen the window between the passes now and then.  A permit is
+		 * held for a while, so that the permits run out and callers queue.
+		 */
+		if (pass == 1 && hs[0]->sem)
+			usleep(1000 + rnd_int(c, 4000));
+		else if (pass == 1 && rnd_int(c, 2) == 0)
 			usleep(rnd_int(c, 2000));
 		for (int i = 0; i < nh && !c->fatal; i++)
 		{
@@ -1765,6 +1770,34 @@ sort_holds(ModeHold **hs, int n)
 }
 
 /*
+ * After a multi-lock that was refused, timed out or cancelled we hold none
+ * of its names (all or nothing): renewing each must fail.
+ */
+static void
+multi_holds_none(Client *c, char (*names)[32], int n, const char *arr, const char *how)
+{
+	for (int j = 0; j < n && !c->fatal; j++)
+	{
+		const char *p[3] = {names[j], "1 s", c->owner};
+		bool		isnull;
+		int64_t		v;
+
+		if (!run_int(c, c->conn, "renew", 3, p, &isnull, &v))
+			return;
+		c->st->ops++;
+		c->st->renews++;
+		if (!isnull)
+		{
+			report(c, &c->st->lease_lost, "%s %s left us holding %s (renew succeeded): ENGINE BUG",
+				   how, arr, names[j]);
+			p[1] = c->owner;
+			p[2] = NULL;
+			(void) run_int(c, c->conn, "rel", 3, p, &isnull, &v);
+		}
+	}
+}
+
+/*
  * A multi-lock: 2-3 distinct names in random order, rw-* names in either
  * mode and lock-* names too when exclusive (sem-* names cannot be: the
  * functions take no permits), by dlock_try_all (40 %) or dlock_acquire_all
@@ -1881,24 +1914,7 @@ multi_op(Client *c)
 			}
 			PQclear(res);
 			c->st->cancels++;
-			for (int j = 0; j < npick && !c->fatal; j++)
-			{
-				const char *r[3] = {names[j], "1 s", c->owner};
-
-				if (!run_int(c, c->conn, "renew", 3, r, &isnull, &v))
-					return true;
-				c->st->ops++;
-				c->st->renews++;
-				if (!isnull)
-				{
-					report(c, &c->st->lease_lost,
-						   "a cancelled dlock_acquire_all of %s left us holding %s (renew succeeded): ENGINE BUG",
-						   arr, names[j]);
-					r[1] = c->owner;
-					r[2] = NULL;
-					(void) run_int(c, c->conn, "rel", 3, r, &isnull, &v);
-				}
-			}
+			multi_holds_none(c, names, npick, arr, "a cancelled dlock_acquire_all of");
 			return true;
 		}
 	}
@@ -1936,6 +1952,8 @@ multi_op(Client *c)
 			if (ms - timeout_ms > c->st->max_overshoot_ms)
 				c->st->max_overshoot_ms = ms - timeout_ms;
 		}
+		multi_holds_none(c, names, npick, arr, how < 40 ? "a refused dlock_try_all of" :
+						 "a timed-out dlock_acquire_all of");
 		return true;
 	}
 	ntok = parse_tokens(PQgetvalue(res, 0, 0), tokens, 3);
@@ -2198,7 +2216,7 @@ usage(const char *prog)
 			"  -e, --exp-names=N    exp-* names with short leaked leases (default names/2, min 2)\n"
 			"  -p, --exp-pct=P      percent of operations on exp-* names (default 15)\n"
 			"  -r, --rw-names=N     rw-* names taken shared or exclusive (default names/2, min 2)\n"
-			"  -m, --sem-names=N    sem-* names, semaphores (default 2)\n"
+			"  -m, --sem-names=N    sem-* names, semaphores (default 1)\n"
 			"  --permits=N          permits of every sem-* name (default 3)\n"
 			"  --rw-pct=P           percent of operations on rw-* names (default 25)\n"
 			"  --sem-pct=P          percent of operations on sem-* names (default 12)\n"
