@@ -568,6 +568,7 @@ dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
 	int64		now = dlock_mono_now();
 
 	dlock_wake_init();
+	dlock_token_prefetch();
 	for (int p = 0; p < DLOCK_PARTITIONS; p++)
 	{
 		LWLock	   *lock = dlock_partition_lock((uint32) p);

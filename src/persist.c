@@ -169,6 +169,34 @@ dlock_token_next(void)
 	}
 }
 
+/*
+ * Reserves the next block ahead of need, while the caller holds no lock:
+ * the file write may fail, and a grant made under a partition lock (or in a
+ * commit callback, where an error would be fatal) should then find tokens
+ * already reserved.
+ */
+void
+dlock_token_prefetch(void)
+{
+	uint64		base = (uint64) GetWALInsertionTimeLine() << TOKEN_TLI_SHIFT;
+	uint64		end = pg_atomic_read_u64(&tokens->reserved_end);
+	uint64		next = pg_atomic_read_u64(&tokens->next);
+
+	if (next >= base && next + TOKEN_BLOCK / 2 < end)
+		return;
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	raise_next(base);
+	end = pg_atomic_read_u64(&tokens->reserved_end);
+	if (pg_atomic_read_u64(&tokens->next) + TOKEN_BLOCK / 2 >= end)
+	{
+		end = Max(end, pg_atomic_read_u64(&tokens->next)) + TOKEN_BLOCK;
+		reserve_tokens(end);
+		pg_write_barrier();
+		pg_atomic_write_u64(&tokens->reserved_end, end);
+	}
+	LWLockRelease(tokens->lock);
+}
+
 /* Tokens already stored in a lease table are never handed out again. */
 static void
 raise_token_floor(uint64 floor)

@@ -15,6 +15,7 @@
 extern Size dlock_token_shmem_size(void);
 extern void dlock_token_shmem_init(void *base, LWLock *lock);
 extern uint64 dlock_token_next(void);
+extern void dlock_token_prefetch(void);
 
 /* per-database state and lease table */
 extern Size dlock_db_shmem_size(void);

@@ -13,6 +13,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "persist.h"
 #include "wait.h"
 #include "xact.h"
 
@@ -377,6 +378,7 @@ void
 dlock_xact_register(void)
 {
 	dlock_wake_init();
+	dlock_token_prefetch();
 	if (registered)
 		return;
 	RegisterXactCallback(xact_callback, NULL);

@@ -1,5 +1,7 @@
 #!/bin/bash
-# Randomized stress test of dlock: mutual exclusion and fencing-token order.
+# Randomized stress test of dlock: mutual exclusion and fencing-token order,
+# reader/writer exclusion on shared/exclusive names, the permits of
+# semaphores, and all-or-nothing multi-locks (see test/stress/README.md).
 #
 # Builds test/stress/dlock_stress, starts a throwaway cluster of its own
 # (unix socket only, shared_preload_libraries = 'dlock') under
@@ -92,9 +94,10 @@ rc=0
 "$here/test/stress/dlock_stress" -c "$clients" -n "$names" -t "$duration" -s "$seed" \
 	${STRESS_ARGS:-} || rc=$?
 
-# a crashed or failed-assertion backend is an engine bug even if the tool passed
+# a crashed or failed-assertion backend, or a background worker that failed,
+# is an engine bug even if the tool passed
 if grep -E 'PANIC|TRAP:|terminated by signal|was terminated|exited with exit code' "$tmp/server.log" >&2; then
-	echo "stress.sh: the server log shows a crash" >&2
+	echo "stress.sh: the server log shows a crash or a failed worker" >&2
 	[ $rc -ne 0 ] || rc=1
 fi
 exit $rc
