@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/int.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -138,6 +139,9 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_
 	if (lease != NULL)
 	{
 		lease->version = version;
+		/* a release from another session must wait until this commits */
+		if (is_new)
+			lease->grant_xid = GetTopTransactionIdIfAny();
 		if (lease->expires != expires)
 		{
 			dlock_set_expires(lease, expires);
@@ -270,13 +274,20 @@ full:
 	goto retry;
 }
 
+/* What a caller needs to know of the lease it holds */
+typedef struct HeldLease
+{
+	uint64		token;
+	int64		version;
+	bool		durable;
+	TransactionId grant_xid;
+} HeldLease;
+
 /*
- * Finds the caller's live lease: its token, version and whether it is
- * durable.  Returns false when the caller holds none.
+ * Finds the caller's live lease.  Returns false when the caller holds none.
  */
 static bool
-held_lease(const DLockRequest *req, uint64 *token, int64 *version, bool *durable,
-		   int64 *now, bool pin)
+held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	Oid			member_of = InvalidOid;
@@ -304,9 +315,10 @@ held_lease(const DLockRequest *req, uint64 *token, int64 *version, bool *durable
 					other_role = lease->roleid;
 					continue;
 				}
-				*token = lease->token;
-				*version = lease->version;
-				*durable = lease->durable;
+				held_out->token = lease->token;
+				held_out->version = lease->version;
+				held_out->durable = lease->durable;
+				held_out->grant_xid = lease->grant_xid;
 				held = true;
 				if (pin)
 					dlock_pin(lease, 1);
@@ -330,10 +342,7 @@ bool
 dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 {
 	int64		now;
-	uint64		token;
-	int64		version;
-	bool		durable;
-
+	HeldLease	held;
 	struct DLockOp *op;
 
 	dlock_xact_register();
@@ -341,12 +350,12 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 		return false;
 	/* pinned until our transaction ends, so it cannot expire before commit */
 	op = dlock_xact_renew(req);
-	if (!held_lease(req, &token, &version, &durable, &now, true))
+	if (!held_lease(req, &held, &now, true))
 		return false;
-	dlock_xact_renew_set(op, token, now + req->ttl, 0);
-	if (durable)
-		dlock_xact_renew_set(op, token, now + req->ttl,
-							 persist_lease(req, token, now + req->ttl, false));
+	dlock_xact_renew_set(op, held.token, now + req->ttl, 0);
+	if (held.durable)
+		dlock_xact_renew_set(op, held.token, now + req->ttl,
+							 persist_lease(req, held.token, now + req->ttl, false));
 	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
 	return true;
 }
@@ -355,18 +364,16 @@ bool
 dlock_lease_release(const DLockRequest *req, uint64 token)
 {
 	int64		now;
-	uint64		held;
-	int64		version;
-	bool		durable;
+	HeldLease	held;
 
 	dlock_xact_register();
 	if (dlock_xact_release_pending(req) ||
-		!held_lease(req, &held, &version, &durable, &now, false) ||
-		(token != 0 && token != held))
+		!held_lease(req, &held, &now, false) ||
+		(token != 0 && token != held.token))
 		return false;
-	dlock_xact_release(req, held, durable);
-	if (durable)
-		dlock_persist_delete(&req->key, held, version);
+	dlock_xact_release(req, held.token, held.durable);
+	if (held.durable)
+		dlock_persist_delete(&req->key, held.token, held.version, held.grant_xid);
 	return true;
 }
 
@@ -414,6 +421,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 				found[nfound].token = lease->token;
 				found[nfound].version = lease->version;
 				found[nfound].durable = lease->durable;
+				found[nfound].grant_xid = lease->grant_xid;
 				nfound++;
 			}
 		}
@@ -434,7 +442,8 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 			continue;
 		dlock_xact_release(&holder, found[i].token, found[i].durable);
 		if (found[i].durable)
-			dlock_persist_delete(&req->key, found[i].token, found[i].version);
+			dlock_persist_delete(&req->key, found[i].token, found[i].version,
+								 found[i].grant_xid);
 		found[n++] = found[i];
 	}
 	*broken = found;

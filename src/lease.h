@@ -29,6 +29,7 @@ typedef struct DLockBroken
 	uint64		token;
 	int64		version;
 	bool		durable;
+	TransactionId grant_xid;
 } DLockBroken;
 
 /* timeout: microseconds, 0 = do not wait, -1 = wait without limit */

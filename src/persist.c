@@ -27,7 +27,7 @@
 #include "miscadmin.h"
 #include "storage/condition_variable.h"
 #include "storage/fd.h"
-#include "storage/lock.h"
+#include "storage/lmgr.h"
 #include "storage/procarray.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
@@ -936,29 +936,6 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
 }
 
 /*
- * A lease row is invisible to other transactions until the grant that
- * inserted it commits: a release or force-release from another session
- * could then miss it, and the row would revive the ended lease after a
- * restart.  So the granting transaction holds a lock on the token until it
- * ends, and a deleter waits for that lock first.  The lock is an advisory
- * one (it shows in pg_locks with objsubid 3, clear of the advisory lock
- * functions' 1 and 2).
- */
-#define LEASE_ROW_LOCK_FIELD4	3
-
-static void
-lease_row_lock(uint64 token, LOCKMODE mode, bool wait_only)
-{
-	LOCKTAG		tag;
-
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (token >> 32), (uint32) token,
-						 LEASE_ROW_LOCK_FIELD4);
-	(void) LockAcquire(&tag, mode, false, false);
-	if (wait_only)
-		LockRelease(&tag, mode, false);
-}
-
-/*
  * Stores a lease.  A new grant (is_new) inserts its own row: its token is
  * new, so no other row can be in the way.  An exclusive grant on a plain
  * lock also deletes the rows of the name's older leases, which have all
@@ -1013,21 +990,28 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 	version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 1, &isnull));
 	spi_end(&saved);
-	lease_row_lock(row->token, ExclusiveLock, false);
 	ForceSyncCommit();
 	return version;
 }
 
-/* Deletes the row of the lease with token (a release), by version CAS. */
+/*
+ * Deletes the row of the lease with token (a release), by version CAS.
+ * grant_xid: the transaction that inserted the row, if it may still be in
+ * progress.  Its row is invisible until it commits: the delete would miss it
+ * and the row would revive the ended lease after a restart, so wait for it.
+ */
 void
-dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version)
+dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version,
+					 TransactionId grant_xid)
 {
 	AsOwner		saved;
 	Datum		args[3];
 	int			attempt;
 
-	/* the row of a grant still in progress elsewhere: wait until it ends */
-	lease_row_lock(token, ShareLock, true);
+	if (TransactionIdIsValid(grant_xid) &&
+		!TransactionIdIsCurrentTransactionId(grant_xid) &&
+		TransactionIdIsInProgress(grant_xid))
+		XactLockTableWait(grant_xid, NULL, NULL, XLTW_None);
 	spi_begin(&saved, true, false);
 	if (plan_delete == NULL)
 		prepare_delete();

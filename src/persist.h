@@ -36,7 +36,7 @@ typedef struct DLockRow
 
 extern int64 dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token,
-								 int64 expected_version);
+								 int64 expected_version, TransactionId grant_xid);
 extern void dlock_persist_note_dead_row(Oid dbid);
 extern int	dlock_persist_dead_databases(Oid *dbids, int max);
 extern int64 dlock_persist_sweep_rows(void);

@@ -296,6 +296,7 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head)
 	entry->durable = false;
 	entry->mode = DLOCK_EXCLUSIVE;
 	entry->owner.len = 0;
+	entry->grant_xid = InvalidTransactionId;
 	return entry;
 }
 
@@ -495,6 +496,7 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->token = token;
 	lease->version = 0;
 	lease->pins = 0;
+	lease->grant_xid = InvalidTransactionId;
 	return lease;
 }
 

@@ -76,6 +76,8 @@ typedef struct DLockEntry
 	bool		durable;		/* stored in the lease table */
 	uint8		mode;			/* DLockMode of the lease */
 	DLockOwner	owner;
+	TransactionId grant_xid;	/* durable: the transaction that inserted its
+								 * row, which may still be in progress */
 } DLockEntry;
 
 /* cumulative counters, shown by dlock_stats */

@@ -33,8 +33,8 @@
  * (their backend must leave the queue).
  *
  * At the end the checker compares the counters, and requires an empty
- * dlock_waiters, no lease left by a client except on exp-* names, and a
- * fresh grant on every name with a token above all tokens seen.
+ * dlock_waiters, no lease left by a client once the leaked ones have run
+ * out, and a fresh grant on every name with a token above all tokens seen.
  *
  * Reader/writer names ("rw-<i>") are taken shared or exclusive, semaphore
  * names ("sem-<k>") with a fixed number of permits, and multi-locks take
@@ -229,8 +229,8 @@ typedef struct Hold
  */
 typedef struct ModeHold
 {
-	Hold		h;				/* h.name points to nbuf; h.token 0: none,
-								 * or not locked (--unsafe-modes) */
+	Hold		h;				/* h.name points to nbuf; h.token 0: none, or
+								 * not locked (--unsafe-modes) */
 	char		nbuf[32];
 	bool		sem;			/* a sem-* name, else rw-* */
 	int			idx;			/* among the rw-* or the sem-* names */
@@ -1177,7 +1177,7 @@ board_enter(Client *c, ModeHold *m)
 	else
 	{
 		uint64_t	before = __atomic_fetch_add(&board->rw[m->idx], m->excl ? WRITER : 1,
-											   __ATOMIC_SEQ_CST);
+												__ATOMIC_SEQ_CST);
 		unsigned	writers = (unsigned) (before / WRITER);
 		unsigned	readers = (unsigned) (before % WRITER);
 
@@ -1350,8 +1350,8 @@ mode_step(Client *c, ModeHold **hs, int nh)
 	for (int pass = 0; pass < 2 && !c->fatal; pass++)
 	{
 		/*
-		 * Widen the window between the passes now and then.  A permit is
-		 * held for a while, so that the permits run out and callers queue.
+		 * Widen the window between the passes now and then.  A permit is held
+		 * for a while, so that the permits run out and callers queue.
 		 */
 		if (pass == 1 && hs[0]->sem)
 			usleep(1000 + rnd_int(c, 4000));
@@ -1969,6 +1969,8 @@ multi_op(Client *c)
 		c->st->cancel_grants++;
 	if ((cancel || how >= 40) && ms > c->st->max_multi_wait_ms)
 		c->st->max_multi_wait_ms = ms;
+	if (!cancel && how < 40 && ms > c->st->max_try_ms)
+		c->st->max_try_ms = ms;
 	c->st->multi_granted++;
 	c->st->multi_names += npick;
 	c->st->grants += npick;
@@ -2771,8 +2773,8 @@ main(int argc, char **argv)
 	printf("exp records    %ld inconclusive (lease may have expired before the record)\n",
 		   tot.exp_inconclusive);
 	printf("modes          rw-* refused %ld, sem-* refused %ld; %ld short leases leaked, "
-		   "%ld re-takes extended our own\n",
-		   tot.mode_refused, tot.sem_refused, tot.leaks, tot.mode_extends);
+		   "%ld re-takes extended our own, %ld times left alone\n",
+		   tot.mode_refused, tot.sem_refused, tot.leaks, tot.mode_extends, tot.mode_skips);
 	printf("multi-locks    %ld calls (%ld shared), granted %ld; try_all refused %ld; "
 		   "acquire_all %ld calls, timeouts %ld, granted after at most %.1f ms\n",
 		   tot.multi_calls, tot.multi_shared, tot.multi_granted, tot.multi_refused,

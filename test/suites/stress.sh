@@ -80,6 +80,7 @@ shared_preload_libraries = 'dlock'
 max_connections = 100
 fsync = off
 log_min_messages = warning
+log_lock_waits = on
 CONF
 "$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 30 start >/dev/null
 started=1

@@ -2,11 +2,10 @@
 # release of its lease overlap, and when the table holds rows of leases that
 # had ended.
 #
-#  1. A durable grant still in progress holds a lock on its token: a
-#     force-release (or a release from another session of the owner) waits
-#     for the grant's transaction instead of missing its invisible row, so
-#     the row cannot revive the ended lease after a crash, next to the new
-#     holder's.
+#  1. A force-release (or a release from another session of the owner) of a
+#     durable lease whose grant's transaction is still in progress waits for
+#     that transaction instead of missing its invisible row, so the row
+#     cannot revive the ended lease after a crash, next to the new holder's.
 #  2. The rebuild restores only a set of leases that could be live together:
 #     rows older than a newer exclusive lease or than a newer declaration of
 #     the name's kind, beyond a semaphore's permits, or repeating an owner,
@@ -43,8 +42,8 @@ $a->query_safe("BEGIN; SELECT dlock_acquire('n', '1 hour', NULL, 'A')");
 my $c = $node->background_psql('postgres');
 $c->query_until(qr/go/, "\\echo go\nSELECT dlock_force_release('n') AS forced;\n");
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 3 AND NOT granted"),
-	'force-release waits for the lock of the grant still in progress');
+		"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"),
+	'force-release waits for the grant\'s transaction');
 is(holders('n'), 'A:exclusive', 'meanwhile A still holds n');
 $a->query_safe('COMMIT');
 like($c->query_safe('SELECT 1'), qr/^t$/m, 'force-release goes on once the grant committed');
@@ -57,7 +56,7 @@ is($node->safe_psql('postgres', "SELECT string_agg(owner, ',') FROM dlock_leases
 $a->query_safe("BEGIN; SELECT dlock_acquire('m', '1 hour', NULL, 'A')");
 $c->query_until(qr/go2/, "\\echo go2\nSELECT dlock_release('m', 'A') AS released;\n");
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 3 AND NOT granted"),
+		"SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"),
 	'a release from another session waits for the grant too');
 $a->query_safe('COMMIT');
 like($c->query_safe('SELECT 1'), qr/^t$/m, 'the release goes on once the grant committed');
