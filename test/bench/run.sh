@@ -65,6 +65,7 @@ UNCONTENDED=(
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
   "lease_unlogged|pgbench|lease.sql|setup_lease unlogged|-|lease table, UNLOGGED: INSERT .. ON CONFLICT; DELETE"
   "redis|redis|-|-|-|Redis SET NX PX 30000 + EVAL compare-and-delete"
+  "pg_floor|pgbench|floor.sql|-|-|SELECT \$1 twice: no lock at all, the ceiling of any two-statement cycle in PostgreSQL"
 )
 HOT=(
   "hot_dlock_mem|pgbench|hot_dlock.sql|-|-c dlock.durable=off|dlock_try('hot'), dlock_release if granted; memory-only|%dlock_release%"
