@@ -118,5 +118,32 @@ BEGIN
 END $$;
 SELECT count(*) AS after_block FROM dlock_locks WHERE name LIKE 'm_e%';
 
+-- Further leases end on time too: a sweep ends them and deletes their rows.
+SELECT count(dlock_try('m_exp', '50 milliseconds', 'r' || i, 'shared')) AS readers,
+	   count(dlock_try('m_exps', '50 milliseconds', 'p' || i, permits => 3)) AS permits
+FROM generate_series(1, 3) i;
+SELECT count(*) AS rows_before FROM dlock_leases WHERE name IN ('m_exp', 'm_exps');
+SELECT pg_sleep(0.1);
+SELECT dlock_sweep() >= 0 AS swept;
+SELECT count(*) AS leases_after FROM dlock_locks WHERE name IN ('m_exp', 'm_exps');
+SELECT count(*) AS rows_after FROM dlock_leases WHERE name IN ('m_exp', 'm_exps');
+-- and the name may be declared anew at once
+SELECT dlock_try('m_exps', '1 minute', 'p', permits => 5) IS NOT NULL AS redeclared;
+SELECT dlock_release('m_exps', 'p');
+
+-- The fencing trigger takes a shared holder's token for that holder's writes.
+CREATE TABLE m_notes (id int PRIMARY KEY, body text, fence bigint);
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON m_notes
+	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('m_rdoc', 'fence');
+SELECT dlock_try('m_rdoc', '1 minute', 'r1', 'shared') AS f1 \gset
+SELECT dlock_try('m_rdoc', '1 minute', 'r2', 'shared') AS f2 \gset
+SELECT sqlstate_of(format('INSERT INTO m_notes VALUES (1, %L, %s)', 'by r1', :f1));
+SELECT sqlstate_of(format('INSERT INTO m_notes VALUES (2, %L, %s)', 'by r2', :f2));
+SELECT dlock_release('m_rdoc', 'r1');
+SELECT sqlstate_of(format('INSERT INTO m_notes VALUES (3, %L, %s)', 'late r1', :f1));
+SELECT id, body FROM m_notes ORDER BY id;
+SELECT dlock_release('m_rdoc', 'r2');
+DROP TABLE m_notes;
+
 SELECT count(*) AS leases_left FROM dlock_locks WHERE name LIKE 'm\_%';
 SELECT count(*) AS rows_left FROM dlock_leases WHERE name LIKE 'm\_%';
