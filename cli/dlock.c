@@ -414,6 +414,8 @@ static int	got_signal = 0;		/* signal received with no command to get it */
 /* the lease */
 static const char *lease_name;
 static const char *lease_owner;
+static const char *lease_mode = "exclusive";	/* or "shared" */
+static const char *lease_permits = NULL;	/* a semaphore's size, as text */
 static char lease_token[32];
 static ms_t ttl_ms = DEFAULT_TTL_MS;
 static ms_t grace_ms = -1;
@@ -927,9 +929,9 @@ is_argument_error(PGresult *res)
 /* ---------------------------------------------------------------- run */
 
 static const char *const sql_try =
-"SELECT dlock_try($1, $2::interval, $3)";
+"SELECT dlock_try($1, $2::interval, $3, $4, $5::integer)";
 static const char *const sql_acquire =
-"SELECT dlock_acquire($1, $2::interval, $3::interval, $4)";
+"SELECT dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)";
 static const char *const sql_renew =
 "SELECT dlock_renew($1, $2::interval, $3)";
 static const char *const sql_release =
@@ -953,6 +955,9 @@ report_holder(const char *name, ms_t deadline)
 		msg("%s is held by %s (token %s, ends in %s s, %s waiting)", name,
 			PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
 			PQgetvalue(res, 0, 3));
+	else if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 1)
+		msg("%s is held by %d holders (%s, ...; %s waiting)", name, PQntuples(res),
+			PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 3));
 	else
 		msg("%s is busy (others are queued for it)", name);
 	PQclear(res);
@@ -1089,7 +1094,7 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 	interval_text(ttl_ms, ttl_text, sizeof(ttl_text));
 	for (;;)
 	{
-		const char *vals[4];
+		const char *vals[6];
 		PGresult   *res;
 		QStatus		qs;
 		ms_t		sent;
@@ -1124,7 +1129,9 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 		{
 			sql = sql_try;
 			vals[2] = lease_owner;
-			nparams = 3;
+			vals[3] = lease_mode;
+			vals[4] = lease_permits;
+			nparams = 5;
 		}
 		else
 		{
@@ -1141,7 +1148,9 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 			else
 				vals[2] = NULL;
 			vals[3] = lease_owner;
-			nparams = 4;
+			vals[4] = lease_mode;
+			vals[5] = lease_permits;
+			nparams = 6;
 		}
 		sent = now_ms();
 		qs = run_query(sql, nparams, vals, deadline, &res);
@@ -1426,15 +1435,17 @@ static int
 cmd_try(const char *name, const char *owner)
 {
 	char		ttl_text[64];
-	const char *vals[3];
+	const char *vals[5];
 	PGresult   *res;
 
 	interval_text(ttl_ms, ttl_text, sizeof(ttl_text));
 	vals[0] = name;
 	vals[1] = ttl_text;
 	vals[2] = owner;
+	vals[3] = lease_mode;
+	vals[4] = lease_permits;
 	connect_or_exit();
-	res = query_or_exit(sql_try, 3, vals, "cannot take the lease");
+	res = query_or_exit(sql_try, 5, vals, "cannot take the lease");
 	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
 	{
 		PQclear(res);
@@ -1471,19 +1482,22 @@ cmd_release(const char *name, const char *owner, const char *token)
 
 static const char *const sql_status =
 "SELECT name, state, owner, token, pid, since, expires, remaining FROM ("
-" SELECT name, 0 AS pos, 'holder' AS state, owner, token::text AS token,"
+" SELECT name, 0 AS pos, 'holder' || CASE WHEN mode = 'shared' THEN ' (shared)'"
+"  WHEN permits IS NOT NULL THEN ' (of ' || permits || ')' ELSE '' END AS state,"
+"  owner, token::text AS token,"
 "  pid::text AS pid, to_char(granted_at, 'YYYY-MM-DD HH24:MI:SS') AS since,"
 "  to_char(expires_at, 'YYYY-MM-DD HH24:MI:SS') AS expires,"
 "  round(extract(epoch FROM expires_at - clock_timestamp())::numeric, 1)::text || 's'"
 "   AS remaining"
 " FROM dlock_locks WHERE $1::text IS NULL OR name = $1"
 " UNION ALL"
-" SELECT name, queue_position, 'waiting ' || queue_position, owner, NULL,"
+" SELECT name, queue_position, 'waiting ' || queue_position"
+"  || CASE WHEN mode = 'shared' THEN ' (shared)' ELSE '' END, owner, NULL,"
 "  pid::text, to_char(waiting_since, 'YYYY-MM-DD HH24:MI:SS'),"
 "  to_char(deadline, 'YYYY-MM-DD HH24:MI:SS'),"
 "  round(extract(epoch FROM deadline - clock_timestamp())::numeric, 1)::text || 's'"
 " FROM dlock_waiters WHERE $1::text IS NULL OR name = $1"
-") s ORDER BY name, pos";
+") s ORDER BY name, pos, length(token), token";
 
 static int
 cmd_status(const char *name)
@@ -1521,7 +1535,7 @@ cmd_status(const char *name)
 		printf("%-*s%s", c == ncols - 1 ? 0 : width[c], headers[c], c == ncols - 1 ? "\n" : "  ");
 	for (int r = 0; r < nrows; r++)
 	{
-		if (strcmp(PQgetvalue(res, r, 1), "holder") == 0)
+		if (strncmp(PQgetvalue(res, r, 1), "holder", 6) == 0)
 			held = true;
 		for (int c = 0; c < ncols; c++)
 			printf("%-*s%s", c == ncols - 1 ? 0 : width[c],
@@ -1545,8 +1559,9 @@ usage(FILE *f)
 			"\n"
 			"Usage:\n"
 			"  dlock [OPTION]... run [--ttl DUR] [--timeout DUR | --no-wait] [--grace DUR]\n"
+			"                        [--shared | --permits N]\n"
 			"                        [--owner OWNER] NAME -- COMMAND [ARG]...\n"
-			"  dlock [OPTION]... try [--ttl DUR] [--owner OWNER] NAME\n"
+			"  dlock [OPTION]... try [--ttl DUR] [--shared | --permits N] [--owner OWNER] NAME\n"
 			"  dlock [OPTION]... release --owner OWNER [--token TOKEN] NAME\n"
 			"  dlock [OPTION]... status [NAME]\n"
 			"  dlock --help | --version\n"
@@ -1571,6 +1586,9 @@ usage(FILE *f)
 			"  --timeout=DUR          run: wait at most DUR for the lease (default: forever;\n"
 			"                         0 is --no-wait)\n"
 			"  --no-wait              run: exit 69 at once if the lease is busy\n"
+			"  --shared               run, try: a shared lease (others may hold shared ones too)\n"
+			"  --permits=N            run, try: one of N permits of a semaphore (at most N hold\n"
+			"                         NAME at once; every holder must give the same N)\n"
 			"  --grace=DUR            run: SIGTERM to SIGKILL (default 5s, or a quarter of the\n"
 			"                         TTL if less; must be less than half the TTL)\n"
 			"  --owner=OWNER          lease owner (default dlock-run:HOST:PID, dlock-try:HOST:PID)\n"
@@ -1667,6 +1685,8 @@ enum
 	OPT_GRACE,
 	OPT_OWNER,
 	OPT_TOKEN,
+	OPT_SHARED,
+	OPT_PERMITS,
 	OPT_VERSION
 };
 
@@ -1684,6 +1704,8 @@ main(int argc, char **argv)
 		{"grace", required_argument, NULL, OPT_GRACE},
 		{"owner", required_argument, NULL, OPT_OWNER},
 		{"token", required_argument, NULL, OPT_TOKEN},
+		{"shared", no_argument, NULL, OPT_SHARED},
+		{"permits", required_argument, NULL, OPT_PERMITS},
 		{NULL, 0, NULL, 0}
 	};
 	int			i = 1;
@@ -1772,6 +1794,15 @@ main(int argc, char **argv)
 			case OPT_TOKEN:
 				token = optarg;
 				break;
+			case OPT_SHARED:
+				lease_mode = "shared";
+				break;
+			case OPT_PERMITS:
+				if (optarg[0] == '\0' || strspn(optarg, "0123456789") != strlen(optarg) ||
+					strlen(optarg) > 9 || atoi(optarg) < 1)
+					usage_error("--permits must be a whole number from 1");
+				lease_permits = optarg;
+				break;
 			case ':':
 				usage_error("option %s needs an argument", sargv[optind - 1]);
 				break;
@@ -1791,6 +1822,11 @@ main(int argc, char **argv)
 		usage_error("--ttl is an option of run and try");
 	if (strcmp(sub, "release") != 0 && token != NULL)
 		usage_error("--token is an option of release");
+	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 &&
+		(lease_permits != NULL || strcmp(lease_mode, "shared") == 0))
+		usage_error("--shared and --permits are options of run and try");
+	if (lease_permits != NULL && strcmp(lease_mode, "shared") == 0)
+		usage_error("--shared and --permits exclude each other");
 	if (strcmp(sub, "status") == 0 && owner != NULL)
 		usage_error("--owner is not an option of status");
 	if (owner != NULL && (owner[0] == '\0' || strlen(owner) > MAX_OWNER_LEN))

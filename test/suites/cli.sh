@@ -249,6 +249,42 @@ expect_status 0 "release by the holder with its token" "$dlock" release --owner 
 expect_status 1 "release again" "$dlock" release --owner holder busy
 expect_status 1 "status NAME of a free name" "$dlock" status busy
 
+# semaphores and shared leases
+expect_status 64 "usage: --shared with --permits" "$dlock" try --shared --permits 2 sem
+expect_status 64 "usage: --permits 0" "$dlock" try --permits 0 sem
+expect_status 64 "usage: --permits on release" "$dlock" release --owner a --permits 2 sem
+expect_status 0 "try --permits 2: first permit" "$dlock" try --permits 2 --owner p1 sem
+expect_status 0 "try --permits 2: second permit" "$dlock" try --permits 2 --owner p2 sem
+expect_status 69 "try --permits 2: no third" "$dlock" try --permits 2 --owner p3 sem
+grep -q "held by 2 holders" "$tmp/err" || fail "busy message for a semaphore: $(cat "$tmp/err")"
+expect_status 70 "try --permits 3 on a semaphore of 2" "$dlock" try --permits 3 --owner p3 sem
+grep -q "semaphore of 2 permits" "$tmp/err" || fail "conflicting size message: $(cat "$tmp/err")"
+expect_status 0 "status of a semaphore" "$dlock" status sem
+[ "$(grep -cE '^sem +holder \(of 2\) +p[12] ' "$tmp/out")" = 2 ] || fail "status of sem: $(cat "$tmp/out")"
+"$dlock" run --permits 2 --owner p3 sem -- sh -c 'echo "$DLOCK_TOKEN" >"$1"' sh "$tmp/sem3" &
+bg_pids+=($!)
+deadline=$(($(now) + 5000))
+until [ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'sem'")" = 1 ]; do
+	(($(now) < deadline)) || fail "run --permits 2 did not queue on a full semaphore"
+	sleep 0.02
+done
+expect_status 0 "release a permit" "$dlock" release --owner p1 sem
+deadline=$(($(now) + 5000))
+until [ -s "$tmp/sem3" ]; do
+	(($(now) < deadline)) || fail "the queued run did not get the freed permit"
+	sleep 0.02
+done
+ok "run --permits gets a permit when one is released"
+expect_status 0 "release the other permit" "$dlock" release --owner p2 sem
+expect_status 0 "try --shared: first reader" "$dlock" try --shared --owner r1 doc
+expect_status 0 "try --shared: second reader" "$dlock" try --shared --owner r2 doc
+expect_status 69 "try: a writer waits for readers" "$dlock" try --owner w doc
+expect_status 0 "run --shared runs beside the readers" "$dlock" run --shared --no-wait --owner r3 doc -- true
+expect_status 0 "status of shared leases" "$dlock" status doc
+[ "$(grep -cE '^doc +holder \(shared\) +r[12] ' "$tmp/out")" = 2 ] || fail "status of doc: $(cat "$tmp/out")"
+"$dlock" release --owner r1 doc >/dev/null
+"$dlock" release --owner r2 doc >/dev/null
+
 # status lists holders and waiters
 "$dlock" try --owner st-holder stq >/dev/null
 "$dlock" run --owner st-waiter stq -- true &
