@@ -148,9 +148,8 @@ SELECT dlock_release('h-own', repeat('o', 128)) AND dlock_release('h-own3', repe
 SET dlock.owner = 'oooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooo';
 SELECT octet_length(dlock_owner()) AS owner_bytes, dlock_try('h-guc-owner', '1 minute') > 0 AS granted;
 SELECT dlock_release('h-guc-owner') AS released;
-SET dlock.owner = 'ooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooo';
-SELECT hostile_call($$SELECT dlock_owner()$$, true);
-SELECT hostile_call($$SELECT dlock_try('h-guc-owner', '1 minute')$$, true);
+SELECT hostile_call($$SET dlock.owner = 'ooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooooo'$$, true);
+SELECT octet_length(dlock_owner()) AS owner_bytes_unchanged;
 SET dlock.owner = E'ctl\x01\x1b';
 SELECT dlock_owner() = E'ctl\x01\x1b' AS control_owner;
 RESET dlock.owner;

@@ -28,6 +28,20 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 void		_PG_init(void);
 
+/* Refuses an owner that calls would refuse, at SET time. */
+static bool
+check_owner(char **newval, void **extra, GucSource source)
+{
+	if (*newval != NULL && strlen(*newval) > DLOCK_OWNER_MAX)
+	{
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errdetail("It has %zu bytes; the limit is %d.", strlen(*newval),
+							DLOCK_OWNER_MAX);
+		return false;
+	}
+	return true;
+}
+
 static void
 dlock_shmem_request_hook(void)
 {
@@ -85,7 +99,7 @@ _PG_init(void)
 							   &dlock_owner_setting,
 							   "",
 							   PGC_USERSET, 0,
-							   NULL, NULL, NULL);
+							   check_owner, NULL, NULL);
 	DefineCustomBoolVariable("dlock.durable",
 							 "Store new leases in the lease table, so they survive a restart or crash.",
 							 "When off, new leases live in shared memory only: faster, but lost on restart.",

@@ -55,17 +55,11 @@ dlock_preload_check(PG_FUNCTION_ARGS)
 static void
 default_owner(DLockOwner *owner)
 {
+	/* its check hook keeps dlock.owner within DLOCK_OWNER_MAX */
 	if (dlock_owner_setting != NULL && dlock_owner_setting[0] != '\0')
 	{
-		size_t		len = strlen(dlock_owner_setting);
-
-		if (len > DLOCK_OWNER_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("dlock.owner is too long"),
-					 errdetail("It has %zu bytes; the limit is %d.", len, DLOCK_OWNER_MAX)));
-		owner->len = len;
-		memcpy(owner->str, dlock_owner_setting, len);
+		owner->len = strlen(dlock_owner_setting);
+		memcpy(owner->str, dlock_owner_setting, owner->len);
 	}
 	else
 		owner->len = snprintf(owner->str, DLOCK_OWNER_MAX, "session:%d:" INT64_FORMAT,
