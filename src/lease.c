@@ -574,7 +574,7 @@ int64
 dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
 {
 	int64		next = 0;
-	int64		now = dlock_mono_now();
+	bool		more = false;
 
 	dlock_wake_init();
 	dlock_token_prefetch();
@@ -582,16 +582,19 @@ dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
 	{
 		LWLock	   *lock = dlock_partition_lock((uint32) p);
 		DLockEntry *lease;
+		int64		now;
 		int			n = 0;
 
 		LWLockAcquire(lock, LW_EXCLUSIVE);
+		/* read per partition: leases granted here run from this moment */
+		now = dlock_mono_now();
 		while ((lease = dlock_earliest(p)) != NULL && dlock_free_at(lease) <= now)
 		{
 			DLockEntry *head = dlock_head_of(lease);
 
 			if (n++ == batch)
 			{
-				next = now;		/* more to do: come back at once */
+				more = true;	/* come back at once */
 				break;
 			}
 			dlock_count(stat);
@@ -600,11 +603,10 @@ dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
 			dlock_end_lease(lease);
 			dlock_settle(head, now, stat, false);
 		}
-		if (lease != NULL && next != now &&
-			(next == 0 || dlock_free_at(lease) < next))
+		if (lease != NULL && (next == 0 || dlock_free_at(lease) < next))
 			next = dlock_free_at(lease);
 		LWLockRelease(lock);
 		dlock_wake_all();
 	}
-	return next;
+	return more ? dlock_mono_now() : next;
 }

@@ -264,6 +264,7 @@ static SPIPlanPtr plan_write = NULL;
 static SPIPlanPtr plan_read = NULL;
 static SPIPlanPtr plan_delete = NULL;
 static SPIPlanPtr plan_update = NULL;
+static SPIPlanPtr plan_sweep = NULL;
 static DbSlot *my_slot = NULL;
 
 static void
@@ -276,7 +277,7 @@ relcache_callback(Datum arg, Oid relid)
 static void
 forget_plans(void)
 {
-	SPIPlanPtr *plans[] = {&plan_write, &plan_read, &plan_delete, &plan_update};
+	SPIPlanPtr *plans[] = {&plan_write, &plan_read, &plan_delete, &plan_update, &plan_sweep};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
 	{
@@ -839,9 +840,23 @@ dlock_persist_sweep_rows(void)
 		args[0] = PointerGetDatum(name);
 		args[1] = Int64GetDatum((int64) token);
 		args[2] = SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull);
-		if (plan_delete == NULL)
-			prepare_delete();
-		if (SPI_execute_plan(plan_delete, args, NULL, false, 0) != SPI_OK_DELETE)
+
+		/*
+		 * A row someone has locked (a grant clearing the name's old rows, a
+		 * release) is left for the next sweep: waiting for it, with the
+		 * rows deleted so far still locked, could deadlock with that writer.
+		 */
+		if (plan_sweep == NULL)
+		{
+			Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
+
+			plan_sweep = prepare("DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+								 "SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
+								 " AND token OPERATOR(pg_catalog.=) $2"
+								 " AND version OPERATOR(pg_catalog.=) $3"
+								 " FOR UPDATE SKIP LOCKED))", 3, types);
+		}
+		if (SPI_execute_plan(plan_sweep, args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not delete a dlock lease row");
 		deleted += SPI_processed;
 	}
@@ -939,7 +954,8 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
  * Stores a lease.  A new grant (is_new) inserts its own row: its token is
  * new, so no other row can be in the way.  An exclusive grant on a plain
  * lock also deletes the rows of the name's older leases, which have all
- * ended (the sweeper would, later).  An extension or renewal only updates
+ * ended; rows someone else has locked (a sweeper) it leaves to the sweeper,
+ * rather than wait for them.  An extension or renewal only updates
  * its own row, by compare-and-set on the version it knows.  Returns the
  * row's new version, or 0 when nothing was written (the lease's row is
  * gone).
@@ -966,9 +982,12 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 		Oid			types[9] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, BOOLOID};
 
-		plan_write = prepare("WITH older AS (DELETE FROM %1$s WHERE $9"
+		plan_write = prepare("WITH older AS (DELETE FROM %1$s"
+							 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+							 "SELECT ctid FROM %1$s WHERE $9"
 							 " AND name OPERATOR(pg_catalog.=) $1"
-							 " AND token OPERATOR(pg_catalog.<) $4)"
+							 " AND token OPERATOR(pg_catalog.<) $4"
+							 " FOR UPDATE SKIP LOCKED)))"
 							 " INSERT INTO %1$s"
 							 " (name, owner, role, token, granted_at, expires_at, version,"
 							 " mode, permits)"

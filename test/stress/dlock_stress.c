@@ -1236,15 +1236,25 @@ reader_saw(Client *c, ModeHold *m, int64_t n, int64_t lt)
 /*
  * dlock_fence refused our token, sent at t0 and answered at t1: the lease
  * had ended.  Expected of a short leaked lease, unless our clock proves it
- * was still live.
+ * was still live: the server looked at it before t1, so t1 must be before
+ * the lease's earliest possible end.
  */
 static void
 fence_refused(Client *c, ModeHold *m, int64_t t0, int64_t t1)
 {
-	if (m->leak && t0 + SLACK_US >= m->h.lo_expiry)
-		c->st->mode_expired++;
+	if (t1 + SLACK_US < m->h.lo_expiry)
+		report(c, &c->st->lease_lost,
+			   "dlock_fence on %s refused token %" PRId64 " %.1f ms after the grant "
+			   "(the fence took %.1f ms), with the lease certainly live for %.1f ms more: ENGINE BUG",
+			   m->h.name, m->h.token, (t0 - m->h.granted) / 1000.0, (t1 - t0) / 1000.0,
+			   (m->h.lo_expiry - t1) / 1000.0);
+	else if (!m->leak)
+		report(c, &c->st->lease_lost,
+			   "dlock_fence on %s refused token %" PRId64 " %.1f ms after the grant; "
+			   "the ttl was %d ms, so the client stalled past its lease",
+			   m->h.name, m->h.token, (t0 - m->h.granted) / 1000.0, m->h.ttl_ms);
 	else
-		lease_lost(c, &m->h, "dlock_fence", t0);
+		c->st->mode_expired++;
 	if (t1 < m->hi_expiry)
 		m->hi_expiry = t1;
 	if (!m->leak)
