@@ -126,6 +126,8 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_
 	row.granted_at = lease->granted_at;
 	row.mode = (DLockMode) lease->mode;
 	row.permits = dlock_head_of(lease)->permits;
+	row.takeover = is_new && row.mode == DLOCK_EXCLUSIVE && row.permits == 0 &&
+		dlock_head_of(lease)->stale_rows;
 	expires = new_expires != 0 ? new_expires : lease->expires;
 	row.version = lease->version;
 	LWLockRelease(lock);
@@ -142,6 +144,8 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_
 		/* a release from another session must wait until this commits */
 		if (is_new)
 			lease->grant_xid = GetTopTransactionIdIfAny();
+		if (row.takeover)
+			dlock_head_of(lease)->stale_rows = false;
 		if (lease->expires != expires)
 		{
 			dlock_set_expires(lease, expires);

@@ -261,6 +261,7 @@ static Oid	lease_owner = InvalidOid;
 static Oid	plans_relid = InvalidOid;
 static char *lease_table = NULL;	/* qualified, quoted name */
 static SPIPlanPtr plan_write = NULL;
+static SPIPlanPtr plan_takeover = NULL;
 static SPIPlanPtr plan_read = NULL;
 static SPIPlanPtr plan_delete = NULL;
 static SPIPlanPtr plan_update = NULL;
@@ -277,7 +278,8 @@ relcache_callback(Datum arg, Oid relid)
 static void
 forget_plans(void)
 {
-	SPIPlanPtr *plans[] = {&plan_write, &plan_read, &plan_delete, &plan_update, &plan_sweep};
+	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_read, &plan_delete, &plan_update,
+	&plan_sweep};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
 	{
@@ -557,7 +559,9 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
  * declaration of the name's kind, or beyond a semaphore's permits, belongs
  * to a lease that had ended (its grant's transaction may have committed
  * only after a release it could not see).  Expired rows are not revived but
- * still count as newer.  Rows that break the table's rules are skipped.
+ * still count as newer.  Rows that break the table's rules (a name or owner
+ * too long, token not positive, expiry not finite, unknown mode, permits
+ * not positive) are skipped.
  */
 static void
 load_rows(void)
@@ -588,6 +592,8 @@ load_rows(void)
 							 " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(),"
 							 " pg_catalog.octet_length(name), pg_catalog.octet_length(owner),"
 							 " pg_catalog.isfinite(expires_at)"
+							 " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
+							 " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true)"
 							 " FROM %s ORDER BY name, token DESC", lease_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
@@ -606,12 +612,12 @@ load_rows(void)
 		bool		live = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
 		int32		name_len = DatumGetInt32(SPI_getbinval(tuple, desc, 11, &isnull));
 		int32		owner_len = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
-		bool		finite = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
+		bool		sound = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
 		bool		keep;
 		DLockKey	key;
 
 		if (token <= 0 || name_len < 1 || name_len > DLOCK_NAME_MAX ||
-			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !finite || permits < 0)
+			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !sound)
 		{
 			invalid++;
 			continue;
@@ -952,10 +958,11 @@ update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
 
 /*
  * Stores a lease.  A new grant (is_new) inserts its own row: its token is
- * new, so no other row can be in the way.  An exclusive grant on a plain
- * lock also deletes the rows of the name's older leases, which have all
- * ended; rows someone else has locked (a sweeper) it leaves to the sweeper,
- * rather than wait for them.  An extension or renewal only updates
+ * new, so no other row can be in the way.  With row->takeover (an exclusive
+ * grant on a plain lock whose ended leases left rows) it also deletes the
+ * rows of the name's older leases, which have all ended; rows someone else
+ * has locked (a sweeper) it leaves to the sweeper, rather than wait for
+ * them.  An extension or renewal only updates
  * its own row, by compare-and-set on the version it knows.  Returns the
  * row's new version, or 0 when nothing was written (the lease's row is
  * gone).
@@ -964,8 +971,7 @@ int64
 dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 {
 	AsOwner		saved;
-	Datum		args[9];
-	bool		isnull;
+	Datum		args[8];
 	int64		version;
 
 	spi_begin(&saved, true, false);
@@ -979,20 +985,20 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 	}
 	if (plan_write == NULL)
 	{
-		Oid			types[9] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, BOOLOID};
+		Oid			types[8] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID};
+		const char *insert = " INSERT INTO %1$s"
+			" (name, owner, role, token, granted_at, expires_at, version, mode, permits)"
+			" VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)";
 
-		plan_write = prepare("WITH older AS (DELETE FROM %1$s"
-							 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-							 "SELECT ctid FROM %1$s WHERE $9"
-							 " AND name OPERATOR(pg_catalog.=) $1"
-							 " AND token OPERATOR(pg_catalog.<) $4"
-							 " FOR UPDATE SKIP LOCKED)))"
-							 " INSERT INTO %1$s"
-							 " (name, owner, role, token, granted_at, expires_at, version,"
-							 " mode, permits)"
-							 " VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)"
-							 " RETURNING version", 9, types);
+		plan_write = prepare(insert, 8, types);
+		plan_takeover = prepare(psprintf("WITH older AS (DELETE FROM %%1$s"
+										 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+										 "SELECT ctid FROM %%1$s"
+										 " WHERE name OPERATOR(pg_catalog.=) $1"
+										 " AND token OPERATOR(pg_catalog.<) $4"
+										 " FOR UPDATE SKIP LOCKED)))%s", insert),
+								8, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
@@ -1002,15 +1008,13 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 	args[5] = TimestampTzGetDatum(row->expires_at);
 	args[6] = PointerGetDatum(cstring_to_text(dlock_mode_name(row->mode)));
 	args[7] = Int32GetDatum(row->permits);
-	args[8] = BoolGetDatum(row->mode == DLOCK_EXCLUSIVE && row->permits == 0);
-	if (SPI_execute_plan(plan_write, args, row->permits == 0 ? "       n " : NULL,
-						 false, 1) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+	if (SPI_execute_plan(row->takeover ? plan_takeover : plan_write, args,
+						 row->permits == 0 ? "       n" : NULL,
+						 false, 0) != SPI_OK_INSERT || SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
-	version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										  SPI_tuptable->tupdesc, 1, &isnull));
 	spi_end(&saved);
 	ForceSyncCommit();
-	return version;
+	return 1;					/* a new row's first version */
 }
 
 /*

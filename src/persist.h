@@ -32,6 +32,8 @@ typedef struct DLockRow
 	int64		version;
 	DLockMode	mode;
 	int32		permits;
+	bool		takeover;		/* a grant that also deletes the rows of the
+								 * name's older, ended leases */
 } DLockRow;
 
 extern int64 dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new);

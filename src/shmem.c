@@ -295,6 +295,7 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head)
 	entry->in_heap = false;
 	entry->durable = false;
 	entry->mode = DLOCK_EXCLUSIVE;
+	entry->stale_rows = false;
 	entry->owner.len = 0;
 	entry->grant_xid = InvalidTransactionId;
 	return entry;
@@ -570,7 +571,10 @@ dlock_end_lease(DLockEntry *lease)
 
 	Assert(lease->token != 0);
 	if (lease->durable && lease->version != 0)
+	{
 		dlock_persist_note_dead_row(lease->key.dbid);
+		head->stale_rows = true;
+	}
 	if (lease->in_heap)
 		pairingheap_remove(&shared->heaps[lease->hash % DLOCK_PARTITIONS], &lease->heap_node);
 	lease->in_heap = false;

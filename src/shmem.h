@@ -75,6 +75,7 @@ typedef struct DLockEntry
 	bool		in_heap;		/* in its partition's expiry heap */
 	bool		durable;		/* stored in the lease table */
 	uint8		mode;			/* DLockMode of the lease */
+	bool		stale_rows;		/* head: ended leases may have left rows */
 	DLockOwner	owner;
 	TransactionId grant_xid;	/* durable: the transaction that inserted its
 								 * row, which may still be in progress */
