@@ -158,6 +158,45 @@ persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_
 	return version;
 }
 
+/*
+ * Whether a try is refused, seen under a shared lock: many callers trying
+ * one busy name would otherwise all queue for its exclusive lock.  Anything
+ * that needs the full path (an ended lease to clear, the caller's own lease,
+ * another kind of name) answers false.
+ */
+static bool
+refused_at_a_glance(const DLockRequest *req)
+{
+	LWLock	   *lock = dlock_partition_lock(req->hash);
+	DLockEntry *head;
+	DLockEntry *lease;
+	dlist_mutable_iter iter;
+	bool		refused = false;
+
+	LWLockAcquire(lock, LW_SHARED);
+	head = dlock_find(&req->key, req->hash);
+	if (head != NULL && head->permits == req->permits)
+	{
+		int64		now = dlock_mono_now();
+
+		refused = true;
+		dlock_foreach_lease(lease, head, iter)
+		{
+			if (dlock_is_free(lease, now) ||
+				(lease->roleid == req->roleid &&
+				 dlock_owner_equal(&lease->owner, &req->owner)))
+			{
+				refused = false;
+				break;
+			}
+		}
+		if (refused && dlist_is_empty(&head->u.h.waiters))
+			refused = dlock_conflicts(head, req->mode, now);
+	}
+	LWLockRelease(lock);
+	return refused;
+}
+
 uint64
 dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 {
@@ -173,6 +212,8 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	bool		found;
 	bool		durable;
 
+	if (timeout == 0 && refused_at_a_glance(req))
+		return 0;
 	dlock_xact_register();
 	if (timeout != 0)
 		dlock_wait_prepare();

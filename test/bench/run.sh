@@ -571,6 +571,7 @@ PLOTDAT="$TMP/out/cycles.dat"
 NCOLS=$(( ${#UNAMES[@]} + 1 ))
 XTICS=$(echo "$CLIENTS" | tr ' ' '\n' | awk 'NF { printf "%s\"%s\" %s", (n++ ? ", " : ""), $1, $1 }')
 XMAX=$(echo "$CLIENTS" | tr ' ' '\n' | sort -n | tail -1)
+if [ "${#UNAMES[@]}" -gt 0 ]; then
 gnuplot <<GP
 set terminal pngcairo size 1100,700 font "DejaVu Sans,12"
 set output "$TMP/out/cycles.png"
@@ -596,6 +597,9 @@ set key outside right top box
 set datafile missing "NaN"
 plot for [i=2:$NCOLS] "$PLOTDAT" using 1:i with linespoints linetype (i - 1) pointsize 1.6 title columnheader(i)
 GP
+else
+  : >"$TMP/out/cycles.png"  # no uncontended workload selected: nothing to plot
+fi
 
 REPORT="$TMP/out/RESULTS.md"
 {
