@@ -57,9 +57,9 @@ T_START=$(date +%s)
 # runs once per grant (counted with pg_stat_statements).
 # ---------------------------------------------------------------------------
 UNCONTENDED=(
-  "dlock_mem|pgbench|dlock.sql|-|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
-  "dlock_durable|pgbench|dlock.sql|-|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default)"
-  "dlock_shared|pgbench|dlock_shared.sql|-|-c dlock.durable=off|dlock_try(mode => 'shared') + dlock_release, memory-only"
+  "dlock_mem|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
+  "dlock_durable|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default)"
+  "dlock_shared|pgbench|dlock_shared.sql|setup_dlock|-c dlock.durable=off|dlock_try(mode => 'shared') + dlock_release, memory-only"
   "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
   "advisory_xact|pgbench|advisory_xact.sql|-|-|BEGIN; pg_try_advisory_xact_lock; COMMIT"
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
@@ -68,10 +68,10 @@ UNCONTENDED=(
   "pg_floor|pgbench|floor.sql|-|-|SELECT \$1 twice: no lock at all, the ceiling of any two-statement cycle in PostgreSQL"
 )
 HOT=(
-  "hot_dlock_mem|pgbench|hot_dlock.sql|-|-c dlock.durable=off|dlock_try('hot'), dlock_release if granted; memory-only|%dlock_release%"
-  "hot_dlock_durable|pgbench|hot_dlock.sql|-|-c dlock.durable=on|dlock_try('hot'), dlock_release if granted; durable|%dlock_release%"
-  "hot_dlock_shared|pgbench|hot_dlock_shared.sql|-|-c dlock.durable=off|dlock_try('hot', mode => 'shared'), dlock_release if granted; memory-only|%dlock_release%"
-  "hot_dlock_sem|pgbench|hot_dlock_sem.sql|-|-c dlock.durable=off|dlock_try('hot', permits => 8), dlock_release if granted; memory-only|%dlock_release%"
+  "hot_dlock_mem|pgbench|hot_dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try('hot'), dlock_release if granted; memory-only|%dlock_release%"
+  "hot_dlock_durable|pgbench|hot_dlock.sql|setup_dlock|-c dlock.durable=on|dlock_try('hot'), dlock_release if granted; durable|%dlock_release%"
+  "hot_dlock_shared|pgbench|hot_dlock_shared.sql|setup_dlock|-c dlock.durable=off|dlock_try('hot', mode => 'shared'), dlock_release if granted; memory-only|%dlock_release%"
+  "hot_dlock_sem|pgbench|hot_dlock_sem.sql|setup_dlock|-c dlock.durable=off|dlock_try('hot', permits => 8), dlock_release if granted; memory-only|%dlock_release%"
   "hot_lease_logged|pgbench|hot_lease.sql|setup_lease logged|-|lease table (logged) row 'hot'; DELETE if granted|DELETE FROM lease%"
   "hot_advisory|pgbench|hot_advisory.sql|-|-|pg_try_advisory_lock(7); unlock if granted|%pg_advisory_unlock%"
   # "hot_redis|redis|-K hot|-|-|Redis SET hot NX PX; EVAL compare-and-delete if granted|"
@@ -218,6 +218,11 @@ CREATE $unlogged TABLE lease(name text primary key, owner text not null, expires
 INSERT INTO lease SELECT 'x' || g, 'o' || (g % 32 + 1), now() - interval '1 hour' FROM generate_series(1, 100000) g;
 VACUUM ANALYZE lease;
 SQL
+}
+# dlock's own table gets the same: the dead rows of earlier runs vacuumed
+# away, as the lease table is rebuilt, so no run inherits another's bloat.
+setup_dlock() {
+  PSQL -c "SELECT dlock_sweep()" -c "VACUUM ANALYZE dlock_leases" >/dev/null
 }
 
 # ---------------------------------------------------------------------------
@@ -651,7 +656,8 @@ REPORT="$TMP/out/RESULTS.md"
   echo "prepared statements: the random number itself is the lock name, the advisory key, the lease row's name; no SQL"
   echo "builds strings. A \`CHECKPOINT\` precedes every PostgreSQL run. The lease"
   echo "table is dropped, recreated, filled with 100,000 expired leases on other names (\`'x' || g\`) and \`VACUUM ANALYZE\`d"
-  echo "before every run that uses it, so its prepared statements get index plans. The generic plan of the DELETE:"
+  echo "before every run that uses it, so its prepared statements get index plans; before every dlock run, \`dlock_sweep()\`"
+  echo "and \`VACUUM ANALYZE dlock_leases\` clear the dead rows of earlier runs alike. The generic plan of the DELETE:"
   echo
   echo '```'
   echo "$LEASE_PLAN"

@@ -11,7 +11,9 @@
 #      with 1,000,000 other live leases;
 #   3. 100,000 leases expiring at once (with the million still live): how long
 #      the worker takes to end them all, and the latency another name's
-#      try + release sees meanwhile (pgbench -l, every transaction).
+#      try + release sees meanwhile (pgbench -l, every transaction);
+#   4. expiry precision: from a holder's expiry to its waiter's grant, with
+#      the worker on and off.
 #
 # Environment: PGBIN (default /usr/lib/postgresql/15/bin), SCALE_SECONDS
 # (pgbench duration per latency run, default 10).
@@ -76,6 +78,32 @@ S_BIG=$(shmem_total)
 PER_SLOT=$(awk -v a="$S_SMALL" -v b="$S_BIG" -v n=$((BIG - SMALL)) 'BEGIN { printf "%.1f", (b - a) / n }')
 log "shared memory: $S_SMALL B at $SMALL slots, $S_BIG B at $BIG: $PER_SLOT B per slot"
 
+# expiry precision: a holder's lease ends, its waiter is granted (before the
+# million leases are taken)
+pct() {  # file fraction: the value at that rank of the sorted file
+  sort -g "$1" | awk -v f="$2" '{ v[NR] = $1 } END { i = int(NR * f); if (i < 1) i = 1; if (i > NR) i = NR; printf "%.2f", v[i] }'
+}
+precision() {  # worker on|off: 50 expiries, the waiter's lateness in ms, one per line
+  PSQL -c "ALTER SYSTEM SET dlock.worker = $1" -c "SELECT pg_reload_conf()" >/dev/null
+  sleep 0.5
+  for i in $(seq 50); do
+    # the holder's renewal returns the exact expiry the waiter is measured against
+    e=$(PSQL -c "SELECT dlock_try('prec-$1-$i', '1 minute', 'holder')" \
+             -c "SELECT extract(epoch FROM dlock_renew('prec-$1-$i', '150 ms', 'holder'))" | tail -1)
+    PSQL -c "SELECT (extract(epoch FROM clock_timestamp()) - $e) * 1000
+             FROM (SELECT dlock_acquire('prec-$1-$i', '1 minute', '10 s', 'waiter')) AS g"
+  done >"$TMP/scale-prec-$1.txt"
+}
+precision on
+precision off
+PSQL -c "ALTER SYSTEM RESET dlock.worker" -c "SELECT pg_reload_conf()" >/dev/null
+prec() {  # worker: "median p99 max"
+  echo "$(pct "$TMP/scale-prec-$1.txt" 0.5) $(pct "$TMP/scale-prec-$1.txt" 0.99) $(pct "$TMP/scale-prec-$1.txt" 1)"
+}
+read -r PON50 PON99 PONMAX < <(prec on)
+read -r POFF50 POFF99 POFFMAX < <(prec off)
+log "expiry to grant: worker on median $PON50 p99 $PON99 max $PONMAX ms; off median $POFF50 p99 $POFF99 max $POFFMAX ms"
+
 # 2. latency at 1k and 1M live leases
 fill() {  # prefix first last: memory-only leases of one hour, in statements of 50k
   local from=$2 to
@@ -122,9 +150,6 @@ END_S=$(awk -v e="$EXPIRES" -v d="${DONE_AT:-0}" 'BEGIN { if (d == 0) print "n/a
 cat "$TMP"/scale_log.* | awk -v e="$EXPIRES" '{ t = $5 + $6 / 1e6; lat = $3 / 1000
   print lat > "'"$TMP"'/scale-all.txt"
   if (t >= e - 0.5 && t <= e + 2) print lat > "'"$TMP"'/scale-win.txt"; else print lat > "'"$TMP"'/scale-out.txt" }'
-pct() {  # file fraction: the value at that rank of the sorted file
-  sort -g "$1" | awk -v f="$2" '{ v[NR] = $1 } END { i = int(NR * f); if (i < 1) i = 1; if (i > NR) i = NR; printf "%.2f", v[i] }'
-}
 WIN_N=$(wc -l <"$TMP/scale-win.txt")
 WIN_P99=$(pct "$TMP/scale-win.txt" 0.99)
 WIN_MAX=$(pct "$TMP/scale-win.txt" 1)
@@ -132,6 +157,7 @@ ALL_P50=$(pct "$TMP/scale-all.txt" 0.5)
 OUT_P99=$(pct "$TMP/scale-out.txt" 0.99)
 OUT_MAX=$(pct "$TMP/scale-out.txt" 1)
 log "100k expiry: ended in ${END_S} s after the expiry; other name's txns in the window: n=$WIN_N p99 $WIN_P99 ms max $WIN_MAX ms"
+
 stop_pg
 
 {
@@ -152,6 +178,10 @@ stop_pg
   echo "  to 2 s after the expiry, p99 $WIN_P99 ms and max $WIN_MAX ms; outside that window p99 $OUT_P99 ms and max"
   echo "  $OUT_MAX ms (median over the whole run $ALL_P50 ms). A max well above the p99 in both is scheduling noise"
   echo "  on 2 shared cores; one in the window alone would be the expiry's doing."
+  echo "- **Expiry precision** (a holder's 150 ms lease ends while a waiter is queued; lateness = the waiter's"
+  echo "  \`clock_timestamp()\` once \`dlock_acquire\` returned, minus the holder's \`expires_at\`; 50 expiries each):"
+  echo "  worker on: median $PON50 ms, p99 $PON99 ms, max $PONMAX ms; worker off (the head waiter's own timer):"
+  echo "  median $POFF50 ms, p99 $POFF99 ms, max $POFFMAX ms."
   echo
 } >"$OUTMD"
 [ -n "${2:-}" ] || rm -rf "$TMP"
