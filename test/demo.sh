@@ -288,7 +288,19 @@ grep -q 'rebuilt by host-b' <<<"$out" || failed "the table does not hold host-b'
 note "rejected (SQLSTATE DL001) in the same transaction as the write: host-b's data stands."
 
 # ------------------------------------------------------------ 7
-heading "7. What dlock counted"
+heading "7. Readers and writers, a semaphore, all or nothing"
+run B "SELECT dlock_try('report', '1 minute', 'reader-1', 'shared') IS NOT NULL AS reader_1, dlock_try('report', '1 minute', 'reader-2', 'shared') IS NOT NULL AS reader_2, dlock_try('report', '1 minute', 'writer') IS NULL AS writer_must_wait;" aligned
+grep -qE '^ *t +\| +t +\| +t *$' <<<"$out" || failed "shared leases: '$out'"
+run B "SELECT count(dlock_try('gpu-pool', '1 minute', 'job-' || i, permits => 2)) AS permits_granted_of_3 FROM generate_series(1, 3) i;"
+[[ "$out" == 2 ]] || failed "semaphore of 2 granted $out of 3"
+run B "SELECT dlock_try_all(ARRAY['train', 'station-a', 'station-b'], '1 minute', 'dispatcher') IS NOT NULL AS got_all_three;"
+[[ "$out" == t ]] || failed "multi-lock: '$out'"
+run B "SELECT name, owner, mode, permits FROM dlock_locks WHERE name IN ('report', 'gpu-pool', 'train', 'station-a') ORDER BY name, token;" aligned
+note "two readers share 'report' while the writer is refused; 'gpu-pool' lets two jobs in, not three;"
+note "the dispatcher holds the train and both stations, or would hold none of them."
+
+# ------------------------------------------------------------ 8
+heading "8. What dlock counted"
 run B "SELECT grants, immediate_grants, waits, releases, expired_by_worker + expired_by_caller AS expired FROM dlock_stats;" aligned
 
 session_stop B
