@@ -139,6 +139,20 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 static void
+check_length(int len, const char *what, int maxlen)
+{
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what)));
+	if (len > maxlen)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long", what),
+				 errdetail("It has %d bytes; the limit is %d.", len, maxlen)));
+}
+
+static void
 text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen,
 		 char **data, int *len)
 {
@@ -151,15 +165,19 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen,
 	t = PG_GETARG_TEXT_PP(argno);
 	*len = VARSIZE_ANY_EXHDR(t);
 	*data = VARDATA_ANY(t);
-	if (*len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
-	if (*len > maxlen)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is too long", what),
-				 errdetail("It has %d bytes; the limit is %d.", *len, maxlen)));
+	check_length(*len, what, maxlen);
+}
+
+/* The owner argument, into the request */
+static void
+owner_arg(FunctionCallInfo fcinfo, int argno, DLockRequest *req)
+{
+	char	   *data;
+	int			len;
+
+	text_arg(fcinfo, argno, "owner", DLOCK_OWNER_MAX, &data, &len);
+	req->owner.len = len;
+	memcpy(req->owner.str, data, len);
 }
 
 /* mode and permits arguments; mode_argno < 0 when the function has none */
@@ -170,19 +188,22 @@ mode_args(FunctionCallInfo fcinfo, DLockRequest *req, int mode_argno, int permit
 	req->permits = 0;
 	if (mode_argno >= 0)
 	{
-		char	   *mode;
+		text	   *mode;
+		int			len;
 
 		if (PG_ARGISNULL(mode_argno))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("mode must not be null")));
-		mode = text_to_cstring(PG_GETARG_TEXT_PP(mode_argno));
-		if (strcmp(mode, "shared") == 0)
+		/* compared in place: every dlock_try passes its default */
+		mode = PG_GETARG_TEXT_PP(mode_argno);
+		len = VARSIZE_ANY_EXHDR(mode);
+		if (len == 6 && memcmp(VARDATA_ANY(mode), "shared", 6) == 0)
 			req->mode = DLOCK_SHARED;
-		else if (strcmp(mode, "exclusive") != 0)
+		else if (len != 9 || memcmp(VARDATA_ANY(mode), "exclusive", 9) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid lock mode \"%s\"", mode),
+					 errmsg("invalid lock mode \"%s\"", text_to_cstring(mode)),
 					 errhint("Use 'exclusive' or 'shared'.")));
 	}
 	if (permits_argno >= 0 && !PG_ARGISNULL(permits_argno))
@@ -235,9 +256,7 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 	text_arg(fcinfo, name_argno, "lock name", DLOCK_NAME_MAX, &data, &len);
 	set_name(req, data, len);
 
-	text_arg(fcinfo, owner_argno, "owner", DLOCK_OWNER_MAX, &data, &len);
-	req->owner.len = len;
-	memcpy(req->owner.str, data, len);
+	owner_arg(fcinfo, owner_argno, req);
 
 	req->roleid = GetUserId();
 	req->ttl = ttl_argno >= 0 ? ttl_arg(fcinfo, ttl_argno) : 0;
@@ -362,15 +381,7 @@ names_arg(FunctionCallInfo fcinfo, int *count)
 		names[i].data = VARDATA_ANY(t);
 		names[i].len = VARSIZE_ANY_EXHDR(t);
 		names[i].token = 0;
-		if (names[i].len == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("lock name must not be empty")));
-		if (names[i].len > DLOCK_NAME_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("lock name is too long"),
-					 errdetail("It has %d bytes; the limit is %d.", names[i].len, DLOCK_NAME_MAX)));
+		check_length(names[i].len, "lock name", DLOCK_NAME_MAX);
 	}
 	qsort(names, *count, sizeof(NameArg), name_cmp);
 	return names;
@@ -422,17 +433,13 @@ acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
 	NameArg    *names;
 	Datum	   *tokens;
 	int			count;
-	char	   *data;
-	int			len;
 	volatile bool all = false;
 
 	check_primary();
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 	names = names_arg(fcinfo, &count);
 	memset(&req, 0, sizeof(req));
-	text_arg(fcinfo, owner_argno, "owner", DLOCK_OWNER_MAX, &data, &len);
-	req.owner.len = len;
-	memcpy(req.owner.str, data, len);
+	owner_arg(fcinfo, owner_argno, &req);
 	req.roleid = GetUserId();
 	req.ttl = ttl_arg(fcinfo, ttl_argno);
 	req.durable = dlock_durable;
@@ -497,16 +504,12 @@ dlock_release_all(PG_FUNCTION_ARGS)
 	NameArg    *names;
 	int			count;
 	int			released = 0;
-	char	   *data;
-	int			len;
 
 	check_primary();
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 	names = names_arg(fcinfo, &count);
 	memset(&req, 0, sizeof(req));
-	text_arg(fcinfo, 1, "owner", DLOCK_OWNER_MAX, &data, &len);
-	req.owner.len = len;
-	memcpy(req.owner.str, data, len);
+	owner_arg(fcinfo, 1, &req);
 	req.roleid = GetUserId();
 	for (int i = 0; i < count; i++)
 	{
@@ -762,8 +765,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 	text_arg(fcinfo, 0, "lock name", DLOCK_NAME_MAX, &name, &len);
 	memset(&req, 0, sizeof(req));
-	dlock_make_key(&req.key, name, len);
-	req.hash = dlock_key_hash(&req.key);
+	set_name(&req, name, len);
 	req.roleid = GetUserId();
 
 	nbroken = dlock_lease_force_release(&req, &broken);
@@ -799,8 +801,7 @@ fence(const char *name, int len, int64 token)
 	DLockFenceResult result = DLOCK_FENCE_UNKNOWN;
 
 	memset(&req, 0, sizeof(req));
-	dlock_make_key(&req.key, name, len);
-	req.hash = dlock_key_hash(&req.key);
+	set_name(&req, name, len);
 	req.roleid = GetUserId();
 
 	/* tokens are positive: anything else was never a lease's */

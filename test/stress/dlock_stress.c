@@ -745,6 +745,29 @@ lease_lost(Client *c, Hold *h, const char *what, int64_t t0)
 }
 
 /* Probes made while holding: all must be refused, or be idempotent. */
+/*
+ * The holder took its own lease again: it must get the same token, and
+ * its lease now lasts from the call's start.
+ */
+static void
+retry_result(Client *c, Hold *h, bool second, int64_t t0, bool isnull, int64_t v)
+{
+	c->st->ops++;
+	c->st->tries++;
+	c->st->retries++;
+	if (isnull)
+	{
+		c->st->try_fail++;
+		lease_lost(c, h, second ? "holder re-try (2nd connection)" : "holder re-try", t0);
+	}
+	else if (v != h->token)
+		report(c, &c->st->token_viol,
+			   "holder re-try on %s%s returned token %" PRId64 ", not %" PRId64,
+			   h->name, second ? " (2nd connection)" : "", v, h->token);
+	else
+		h->lo_expiry = t0 + (int64_t) h->ttl_ms * 1000;
+}
+
 static void
 probe(Client *c, Hold *h)
 {
@@ -810,20 +833,7 @@ probe(Client *c, Hold *h)
 			t0 = now_us();
 			if (!run_int(c, conn, "try", 3, p, &isnull, &v))
 				return;
-			c->st->ops++;
-			c->st->tries++;
-			c->st->retries++;
-			if (isnull)
-			{
-				c->st->try_fail++;
-				lease_lost(c, h, second ? "holder re-try (2nd connection)" : "holder re-try", t0);
-			}
-			else if (v != h->token)
-				report(c, &c->st->token_viol,
-					   "holder re-try on %s%s returned token %" PRId64 ", not %" PRId64,
-					   h->name, second ? " (2nd connection)" : "", v, h->token);
-			else
-				h->lo_expiry = t0 + (int64_t) h->ttl_ms * 1000;
+			retry_result(c, h, second, t0, isnull, v);
 			return;
 	}
 	c->st->ops++;
@@ -1490,20 +1500,7 @@ mode_probe(Client *c, ModeHold *m)
 			t0 = now_us();
 			if (!run_int(c, conn, "m_try", 5, p, &isnull, &v))
 				return;
-			c->st->ops++;
-			c->st->tries++;
-			c->st->retries++;
-			if (isnull)
-			{
-				c->st->try_fail++;
-				lease_lost(c, h, second ? "holder re-try (2nd connection)" : "holder re-try", t0);
-			}
-			else if (v != h->token)
-				report(c, &c->st->token_viol,
-					   "holder re-try on %s%s returned token %" PRId64 ", not %" PRId64,
-					   h->name, second ? " (2nd connection)" : "", v, h->token);
-			else
-				h->lo_expiry = t0 + (int64_t) h->ttl_ms * 1000;
+			retry_result(c, h, second, t0, isnull, v);
 			return;
 	}
 	c->st->ops++;
