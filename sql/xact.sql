@@ -55,15 +55,25 @@ RELEASE SAVEPOINT c;
 ROLLBACK;
 SELECT name FROM dlock_locks WHERE name IN ('x4', 'x6') ORDER BY 1;
 
--- Re-acquiring inside a rolled-back savepoint restores the old expiry.
+-- Re-acquiring extends the lease at commit, like a renewal: inside the
+-- transaction the old expiry stands (the lease is pinned), a rolled-back
+-- savepoint leaves it, and a committed one applies.
 SELECT dlock_try('x7', '10 seconds') AS t7 \gset
 BEGIN;
 SAVEPOINT d;
 SELECT dlock_try('x7', '1 hour') = :t7 AS same_token;
-SELECT expires_at > now() + interval '50 minutes' AS extended_inside FROM dlock_locks WHERE name = 'x7';
+SELECT expires_at < now() + interval '1 minute' AS not_yet_extended FROM dlock_locks WHERE name = 'x7';
 ROLLBACK TO d;
-SELECT expires_at < now() + interval '1 minute' AS restored FROM dlock_locks WHERE name = 'x7';
+SELECT expires_at < now() + interval '1 minute' AS unchanged FROM dlock_locks WHERE name = 'x7';
 COMMIT;
+SELECT expires_at < now() + interval '1 minute' AS not_extended FROM dlock_locks WHERE name = 'x7';
+BEGIN;
+SAVEPOINT d;
+SELECT dlock_try('x7', '1 hour') = :t7 AS same_token;
+RELEASE d;
+COMMIT;
+SELECT expires_at > now() + interval '50 minutes' AS extended FROM dlock_locks WHERE name = 'x7';
+SELECT dlock_try('x7', '10 seconds') = :t7 AS shortened_again;
 
 -- Release then take again in one transaction: still held after commit.
 BEGIN;

@@ -17,6 +17,7 @@
 #include "access/xact.h"
 #include "common/int.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/memutils.h"
 
@@ -96,66 +97,56 @@ own_lease(DLockEntry *head, const DLockRequest *req, int64 now)
 }
 
 /*
- * Writes a lease that shared memory now holds with token to the table, if it
- * is durable: a new grant, an extension, or (with new_expires) a renewal.
- * Returns the row's new version (0: nothing written).  A grant or extension
- * then puts what it wrote back into shared memory, so the last writer of the
- * row is also the last word there (a renewal of the same lease from another
- * session may have committed meanwhile); a renewal's version is applied by
- * its commit.
+ * What the row of a durable lease says, taken under its partition lock;
+ * expires_at is filled in by write_row().
  */
-static int64
-persist_lease(const DLockRequest *req, uint64 token, int64 new_expires, bool is_new)
+static void
+fill_row(DLockRow *row, const DLockEntry *lease, int64 version)
+{
+	memcpy(&row->owner, &lease->owner, offsetof(DLockOwner, str) + lease->owner.len);
+	row->roleid = lease->roleid;
+	row->token = lease->token;
+	row->granted_at = lease->granted_at;
+	row->mode = (DLockMode) lease->mode;
+	row->permits = dlock_head_of(lease)->permits;
+	row->takeover = lease->clear_rows;
+	row->version = version;
+}
+
+static void
+insert_row(const DLockRequest *req, DLockRow *row, int64 expires, int64 now)
+{
+	row->expires_at = dlock_mono_to_wall(expires, now, GetCurrentTimestamp());
+	dlock_persist_insert(&req->key, row);
+}
+
+/*
+ * The transaction another session must wait for before it acts on the
+ * lease: the one that granted it, while it may be open.  Until it ends the
+ * lease's row is invisible, and its abort takes the lease back.
+ */
+static TransactionId
+grant_in_progress(const DLockEntry *lease)
+{
+	if (!lease->durable || !TransactionIdIsValid(lease->grant_xid) ||
+		lease->grant_xid == GetTopTransactionIdIfAny())
+		return InvalidTransactionId;
+	return lease->grant_xid;
+}
+
+/* Waits for xid (from grant_in_progress), then forgets it in the lease. */
+static void
+wait_for_grant(const DLockRequest *req, uint64 token, TransactionId xid)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	DLockEntry *lease;
-	DLockRow	row;
-	int64		expires;
-	int64		version;
 
-	LWLockAcquire(lock, LW_SHARED);
-	lease = dlock_find_lease(&req->key, req->hash, token);
-	if (lease == NULL || !lease->durable)
-	{
-		LWLockRelease(lock);
-		return 0;
-	}
-	memcpy(&row.owner, &lease->owner, offsetof(DLockOwner, str) + lease->owner.len);
-	row.roleid = lease->roleid;
-	row.token = token;
-	row.granted_at = lease->granted_at;
-	row.mode = (DLockMode) lease->mode;
-	row.permits = dlock_head_of(lease)->permits;
-	row.takeover = is_new && row.mode == DLOCK_EXCLUSIVE && row.permits == 0 &&
-		dlock_head_of(lease)->stale_rows;
-	expires = new_expires != 0 ? new_expires : lease->expires;
-	row.version = lease->version;
-	LWLockRelease(lock);
-
-	row.expires_at = dlock_mono_to_wall(expires, dlock_mono_now(), GetCurrentTimestamp());
-	version = dlock_persist_write(&req->key, &row, is_new);
-	if (version == 0 || new_expires != 0)
-		return version;
+	XactLockTableWait(xid, NULL, NULL, XLTW_None);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	lease = dlock_find_lease(&req->key, req->hash, token);
-	if (lease != NULL)
-	{
-		lease->version = version;
-		/* a release from another session must wait until this commits */
-		if (is_new)
-			lease->grant_xid = GetTopTransactionIdIfAny();
-		if (row.takeover)
-			dlock_head_of(lease)->stale_rows = false;
-		if (lease->expires != expires)
-		{
-			dlock_set_expires(lease, expires);
-			dlock_settle(dlock_head_of(lease), dlock_mono_now(),
-						 DLOCK_STAT_EXPIRED_BY_CALLER, false);
-		}
-	}
+	if (lease != NULL && lease->grant_xid == xid)
+		lease->grant_xid = InvalidTransactionId;
 	LWLockRelease(lock);
-	dlock_wake_all();
-	return version;
 }
 
 /*
@@ -197,17 +188,47 @@ refused_at_a_glance(const DLockRequest *req)
 	return refused;
 }
 
+/*
+ * Extends the caller's own lease (lease, pinned by the caller under the
+ * partition lock) to now + ttl at commit, writing its row first if durable.
+ * Returns the token, or 0 when the lease's row was deleted meanwhile by a
+ * release from another session.
+ */
+static uint64
+extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
+	   bool durable, int64 now)
+{
+	int64		expires = now + req->ttl;
+	int64		version;
+
+	if (dlock_xact_extended(op, req, token, expires) && durable)
+	{
+		/* our own pending release deleted the row: the lease keeps one */
+		insert_row(req, row, expires, now);
+		version = row->version;
+	}
+	else if (durable)
+		version = dlock_persist_update(&req->key, token,
+									   dlock_mono_to_wall(expires, now, GetCurrentTimestamp()));
+	else
+		version = 0;
+	dlock_xact_renew_set(op, token, expires, version);
+	return (durable && version == 0) ? 0 : token;
+}
+
 uint64
 dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	DLockEntry *head;
 	DLockEntry *lease;
+	struct DLockOp *op;
 	int64		now;
+	int64		expires = 0;
 	uint64		token;
-	bool		was_new = true;
-	int64		prior_expires = 0;
-	int64		prior_version = 0;
+	TransactionId xid = InvalidTransactionId;
+	TransactionId wait_xid;
+	DLockRow	row;
 	bool		retried = false;
 	bool		found;
 	bool		durable;
@@ -216,7 +237,13 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 		return 0;
 	dlock_xact_register();
 	if (timeout != 0)
+	{
 		dlock_wait_prepare();
+		/* another backend may grant us the lease: it needs our xid */
+		if (req->durable)
+			xid = dlock_persist_xid();
+	}
+	op = dlock_xact_begin(req);
 
 retry:
 	LWLockAcquire(lock, LW_EXCLUSIVE);
@@ -248,18 +275,39 @@ retry:
 			dlock_wake_all();
 			mode_conflict(req, held);
 		}
-		was_new = false;
-		prior_expires = lease->expires;
-		prior_version = lease->version;
-		dlock_set_expires(lease, now + req->ttl);
+		wait_xid = grant_in_progress(lease);
+		if (TransactionIdIsValid(wait_xid))
+		{
+			token = lease->token;
+			LWLockRelease(lock);
+			dlock_wake_all();
+			wait_for_grant(req, token, wait_xid);
+			goto retry;
+		}
+		/* it cannot end before our commit applies the new expiry */
+		dlock_pin(lease, 1);
 		lease->holder_pid = MyProcPid;
-		/* a shorter ttl moves the end closer: the head waiter re-arms */
-		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, true);
+		token = lease->token;
+		durable = lease->durable;
+		if (durable)
+			fill_row(&row, lease, lease->version + 1);
+		LWLockRelease(lock);
+		dlock_wake_all();
+		return extend(req, op, token, &row, durable, now);
 	}
 	else if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, now))
 	{
+		if (req->durable && !TransactionIdIsValid(xid))
+		{
+			/* assigning it may fail: not under the lock */
+			dlock_drop_if_unused(head);
+			LWLockRelease(lock);
+			dlock_wake_all();
+			xid = dlock_persist_xid();
+			goto retry;
+		}
 		lease = dlock_grant(head, &req->owner, req->roleid, MyProcPid, req->ttl, now,
-							req->durable, req->mode, false);
+							req->mode, false, req->durable ? xid : InvalidTransactionId);
 		if (lease == NULL)
 			goto full;
 		dlock_count(DLOCK_STAT_IMMEDIATE);
@@ -268,6 +316,7 @@ retry:
 	{
 		LWLockRelease(lock);
 		dlock_wake_all();
+		dlock_xact_forget(op);
 		return 0;
 	}
 	else
@@ -284,27 +333,46 @@ retry:
 		else
 			deadline = 0;
 		dlock_enqueue(head, &req->owner, req->roleid, req->ttl, deadline,
-					  req->durable, req->mode, reserve);
+					  req->mode, reserve, req->durable ? xid : InvalidTransactionId);
 		LWLockRelease(lock);
 		dlock_wake_all();
 
 		token = dlock_sleep();
 		if (token == 0)
+		{
+			dlock_xact_forget(op);
 			return 0;
-		/* logged first, so an error while writing the row undoes the grant */
-		dlock_xact_acquired(req, token, true, 0, 0);
-		if (req->durable)
-			(void) persist_lease(req, token, 0, true);
+		}
+		dlock_xact_granted(op, token);
+		if (!req->durable)
+			return token;
+
+		/* granted by another backend: read what to write */
+		LWLockAcquire(lock, LW_SHARED);
+		now = dlock_mono_now();
+		lease = dlock_find_lease(&req->key, req->hash, token);
+		found = (lease != NULL);
+		if (found)
+		{
+			fill_row(&row, lease, 1);
+			expires = lease->expires;
+		}
+		LWLockRelease(lock);
+		/* (a lease that ended already leaves no row) */
+		if (found)
+			insert_row(req, &row, expires, now);
 		return token;
 	}
 
+	dlock_xact_granted(op, lease->token);
 	token = lease->token;
 	durable = lease->durable;
+	if (durable)
+		fill_row(&row, lease, 1);
 	LWLockRelease(lock);
 	dlock_wake_all();
-	dlock_xact_acquired(req, token, was_new, prior_expires, prior_version);
 	if (durable)
-		(void) persist_lease(req, token, 0, was_new);
+		insert_row(req, &row, now + req->ttl, now);
 	return token;
 
 full:
@@ -313,7 +381,10 @@ full:
 	LWLockRelease(lock);
 	dlock_wake_all();
 	if (retried)
+	{
+		dlock_xact_forget(op);
 		table_full();
+	}
 	reclaim_expired();
 	retried = true;
 	goto retry;
@@ -323,13 +394,12 @@ full:
 typedef struct HeldLease
 {
 	uint64		token;
-	int64		version;
 	bool		durable;
-	TransactionId grant_xid;
 } HeldLease;
 
 /*
- * Finds the caller's live lease.  Returns false when the caller holds none.
+ * Finds the caller's live lease, pinned if pin, once no other transaction
+ * is granting it.  Returns false when the caller holds none.
  */
 static bool
 held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
@@ -344,6 +414,7 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		dlist_mutable_iter iter;
 		bool		held = false;
 		Oid			other_role = InvalidOid;
+		TransactionId wait_xid = InvalidTransactionId;
 
 		LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
 		*now = dlock_mono_now();
@@ -361,16 +432,21 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 					continue;
 				}
 				held_out->token = lease->token;
-				held_out->version = lease->version;
 				held_out->durable = lease->durable;
-				held_out->grant_xid = lease->grant_xid;
-				held = true;
-				if (pin)
+				wait_xid = grant_in_progress(lease);
+				held = !TransactionIdIsValid(wait_xid);
+				if (held && pin)
 					dlock_pin(lease, 1);
 				break;
 			}
 		}
 		LWLockRelease(lock);
+
+		if (TransactionIdIsValid(wait_xid))
+		{
+			wait_for_grant(req, held_out->token, wait_xid);
+			continue;
+		}
 
 		/*
 		 * The owner's lease was taken by another role: members of that role
@@ -387,6 +463,7 @@ bool
 dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 {
 	int64		now;
+	int64		version = 0;
 	HeldLease	held;
 	struct DLockOp *op;
 
@@ -397,11 +474,16 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	op = dlock_xact_renew(req);
 	if (!held_lease(req, &held, &now, true))
 		return false;
+	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
 	dlock_xact_renew_set(op, held.token, now + req->ttl, 0);
 	if (held.durable)
-		dlock_xact_renew_set(op, held.token, now + req->ttl,
-							 persist_lease(req, held.token, now + req->ttl, false));
-	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
+	{
+		version = dlock_persist_update(&req->key, held.token, *expires_at);
+		dlock_xact_renew_set(op, held.token, now + req->ttl, version);
+		/* its row is gone: released from another session meanwhile */
+		if (version == 0)
+			return false;
+	}
 	return true;
 }
 
@@ -418,7 +500,7 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 		return false;
 	dlock_xact_release(req, held.token, held.durable);
 	if (held.durable)
-		dlock_persist_delete(&req->key, held.token, held.version, held.grant_xid);
+		dlock_persist_delete(&req->key, held.token);
 	return true;
 }
 
@@ -444,6 +526,8 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 	{
 		int			room;
 		bool		complete;
+		TransactionId wait_xid = InvalidTransactionId;
+		uint64		wait_token = 0;
 
 		LWLockAcquire(lock, LW_SHARED);
 		head = dlock_find(&req->key, req->hash);
@@ -453,6 +537,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 
 		LWLockAcquire(lock, LW_SHARED);
 		now = dlock_mono_now();
+		nfound = 0;
 		head = dlock_find(&req->key, req->hash);
 		complete = (head == NULL || head->nleases <= room);
 		if (head != NULL && complete)
@@ -461,19 +546,26 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 			{
 				if (!dlock_is_live(lease, now))
 					continue;
+				wait_xid = grant_in_progress(lease);
+				if (TransactionIdIsValid(wait_xid))
+				{
+					wait_token = lease->token;
+					break;
+				}
 				memcpy(&found[nfound].owner, &lease->owner, sizeof(DLockOwner));
 				found[nfound].roleid = lease->roleid;
 				found[nfound].token = lease->token;
-				found[nfound].version = lease->version;
 				found[nfound].durable = lease->durable;
-				found[nfound].grant_xid = lease->grant_xid;
 				nfound++;
 			}
 		}
 		LWLockRelease(lock);
-		if (complete)
+		if (complete && !TransactionIdIsValid(wait_xid))
 			break;
-		pfree(found);			/* more leases came meanwhile: look again */
+		pfree(found);
+		/* a lease still being granted, or more leases came: look again */
+		if (TransactionIdIsValid(wait_xid))
+			wait_for_grant(req, wait_token, wait_xid);
 	}
 
 	for (int i = 0; i < nfound; i++)
@@ -487,8 +579,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 			continue;
 		dlock_xact_release(&holder, found[i].token, found[i].durable);
 		if (found[i].durable)
-			dlock_persist_delete(&req->key, found[i].token, found[i].version,
-								 found[i].grant_xid);
+			dlock_persist_delete(&req->key, found[i].token);
 		found[n++] = found[i];
 	}
 	*broken = found;
@@ -579,14 +670,14 @@ dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_delete
 }
 
 /*
- * Moves the expiry of the lease if it still carries token (an undone
- * re-acquisition, or a renewal at commit), and drops the pin a renewal took
- * (unpin, also on abort), and sets the row version shown (version -1: keep).
- * A lease left expired goes to the next waiters.
+ * Drops a pin of the lease if it still carries token (a renewal, extension
+ * or fence ended with its transaction), and with expires (at commit) moves
+ * its expiry, unless it is durable and already has a row version as new as
+ * version.  A lease left expired goes to the next waiters.
  */
 void
 dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
-					   int64 expires, bool unpin, int64 version)
+					   int64 expires, int64 version)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
 	DLockEntry *lease;
@@ -596,12 +687,14 @@ dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 	lease = dlock_find_lease(key, hash, token);
 	if (lease != NULL)
 	{
-		if (unpin && lease->pins > 0)
+		if (lease->pins > 0)
 			dlock_pin(lease, -1);
-		if (expires != 0)
+		if (expires != 0 && (!lease->durable || version > lease->version))
+		{
 			dlock_set_expires(lease, expires);
-		if (version >= 0)
-			lease->version = version;
+			if (lease->durable)
+				lease->version = version;
+		}
 		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
 	LWLockRelease(lock);

@@ -27,9 +27,7 @@ typedef struct DLockBroken
 	DLockOwner	owner;
 	Oid			roleid;
 	uint64		token;
-	int64		version;
 	bool		durable;
-	TransactionId grant_xid;
 } DLockBroken;
 
 /* timeout: microseconds, 0 = do not wait, -1 = wait without limit */
@@ -51,13 +49,13 @@ extern int	dlock_lease_force_release(const DLockRequest *req, DLockBroken **brok
 
 /*
  * Frees the lease if it still carries token; used at commit and on undo.
- * row_deleted: the caller's transaction deleted the lease's row.
+ * row_deleted: the caller's transaction deleted the lease's row (or took
+ * back its insert).
  */
 extern void dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token,
 							 bool row_deleted);
 extern void dlock_lease_set_expiry(const DLockKey *key, uint32 hash,
-								   uint64 token, int64 expires, bool unpin,
-								   int64 version);
+								   uint64 token, int64 expires, int64 version);
 
 extern int64 dlock_lease_expire_due(int batch, DLockStat stat, int *mine);
 

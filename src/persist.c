@@ -262,7 +262,6 @@ static Oid	plans_relid = InvalidOid;
 static char *lease_table = NULL;	/* qualified, quoted name */
 static SPIPlanPtr plan_write = NULL;
 static SPIPlanPtr plan_takeover = NULL;
-static SPIPlanPtr plan_read = NULL;
 static SPIPlanPtr plan_delete = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_sweep = NULL;
@@ -278,7 +277,7 @@ relcache_callback(Datum arg, Oid relid)
 static void
 forget_plans(void)
 {
-	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_read, &plan_delete, &plan_update,
+	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_delete, &plan_update,
 	&plan_sweep};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
@@ -344,17 +343,6 @@ prepare(const char *fmt, int nargs, Oid *argtypes)
 	return plan;
 }
 
-static void
-prepare_delete(void)
-{
-	Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
-
-	plan_delete = prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
-						  " AND token OPERATOR(pg_catalog.=) $2"
-						  " AND version OPERATOR(pg_catalog.=) $3",
-						  3, types);
-}
-
 /*
  * SPI work runs as the table's owner, so callers need no rights on it.  The
  * prepared statements of the lease operations name every table, operator and
@@ -371,13 +359,20 @@ typedef struct AsOwner
 } AsOwner;
 
 static void
-spi_begin(AsOwner *saved, bool write, bool pin_path)
+check_writable(void)
 {
-	if (write && XactReadOnly)
+	if (XactReadOnly)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot change a durable dlock lease in a read-only transaction"),
 				 errhint("Use a read-write transaction, or SET dlock.durable = off for leases kept in memory only.")));
+}
+
+static void
+spi_begin(AsOwner *saved, bool write, bool pin_path)
+{
+	if (write)
+		check_writable();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
@@ -874,131 +869,62 @@ dlock_persist_sweep_rows(void)
  * Row writes
  * --------------------------------------------------------------------- */
 
-/* Reads the version of the lease's row; false when there is none. */
-static bool
-read_row(Datum name, uint64 token, int64 *version)
+/*
+ * Runs a row statement of a lease operation.  Under REPEATABLE READ or
+ * SERIALIZABLE the transaction's snapshot would hide rows committed since it
+ * was taken (a release would delete nothing, a renewal update nothing), so
+ * these statements see the latest committed state, as foreign-key checks do.
+ */
+static int
+execute(SPIPlanPtr plan, Datum *args, const char *nulls, long tcount)
 {
-	Datum		args[2] = {name, Int64GetDatum((int64) token)};
-	bool		isnull;
-
-	if (plan_read == NULL)
-	{
-		Oid			types[2] = {TEXTOID, INT8OID};
-
-		plan_read = prepare("SELECT version FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
-							" AND token OPERATOR(pg_catalog.=) $2", 2, types);
-	}
-	if (SPI_execute_plan(plan_read, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read a dlock lease row");
-	if (SPI_processed == 0)
-		return false;
-	*version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	return true;
-}
-
-#define MAX_CAS_ATTEMPTS	10
-
-static void
-too_many_attempts(const DLockKey *key)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("could not update the lease row of \"%.*s\": it kept changing",
-					key->len, key->name)));
+	if (IsolationUsesXactSnapshot())
+		return SPI_execute_snapshot(plan, args, nulls, GetLatestSnapshot(),
+									InvalidSnapshot, false, true, tcount);
+	return SPI_execute_plan(plan, args, nulls, false, tcount);
 }
 
 /*
- * Moves the expiry of an existing lease row (an extension or renewal) by
- * compare-and-set on its version.  It never creates a row: if the lease's
- * row is gone (released meanwhile from another session), nothing is
- * written.  Returns the row's new version, or 0.
+ * The transaction that will write a durable grant's row.  Taken before the
+ * grant, as assigning it may fail; a read-only transaction is refused here.
  */
-static int64
-update_expiry(const DLockKey *key, uint64 token, TimestampTz expires_at,
-			  int64 expected_version)
+TransactionId
+dlock_persist_xid(void)
 {
-	Datum		args[4];
-	int64		version = 0;
-	int			attempt;
-
-	if (plan_update == NULL)
-	{
-		Oid			types[4] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INT8OID};
-
-		plan_update = prepare("UPDATE %s SET expires_at = $3,"
-							  " version = version OPERATOR(pg_catalog.+) 1"
-							  " WHERE name OPERATOR(pg_catalog.=) $1"
-							  " AND token OPERATOR(pg_catalog.=) $2"
-							  " AND version OPERATOR(pg_catalog.=) $4"
-							  " RETURNING version", 4, types);
-	}
-	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
-	args[1] = Int64GetDatum((int64) token);
-	args[2] = TimestampTzGetDatum(expires_at);
-	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
-	{
-		bool		isnull;
-
-		args[3] = Int64GetDatum(expected_version);
-		if (SPI_execute_plan(plan_update, args, NULL, false, 1) != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not update a dlock lease row");
-		if (SPI_processed == 1)
-		{
-			version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 1, &isnull));
-			break;
-		}
-		if (!read_row(args[0], token, &expected_version))
-			break;				/* the lease's row is gone */
-	}
-	if (attempt == MAX_CAS_ATTEMPTS)
-		too_many_attempts(key);
-	return version;
+	check_writable();
+	return GetTopTransactionId();
 }
 
 /*
- * Stores a lease.  A new grant (is_new) inserts its own row: its token is
- * new, so no other row can be in the way.  With row->takeover (an exclusive
- * grant on a plain lock whose ended leases left rows) it also deletes the
- * rows of the name's older leases, which have all ended; rows someone else
- * has locked (a sweeper) it leaves to the sweeper, rather than wait for
- * them.  An extension or renewal only updates
- * its own row, by compare-and-set on the version it knows.  Returns the
- * row's new version, or 0 when nothing was written (the lease's row is
- * gone).
+ * Inserts a lease's row: a new grant, or a lease taken again after this
+ * transaction deleted its row.  With row->takeover (an exclusive grant on a
+ * plain lock whose ended leases left rows) it also deletes the rows of the
+ * name's older leases, which have all ended; rows someone else has locked (a
+ * sweeper) it leaves to the sweeper rather than wait for them.
  */
-int64
-dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
+void
+dlock_persist_insert(const DLockKey *key, const DLockRow *row)
 {
 	AsOwner		saved;
-	Datum		args[8];
-	int64		version;
+	Datum		args[9];
 
 	spi_begin(&saved, true, false);
-	if (!is_new)
-	{
-		version = update_expiry(key, row->token, row->expires_at, row->version);
-		spi_end(&saved);
-		if (version != 0)
-			ForceSyncCommit();
-		return version;
-	}
 	if (plan_write == NULL)
 	{
-		Oid			types[8] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID};
+		Oid			types[9] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID};
 		const char *insert = " INSERT INTO %1$s"
 			" (name, owner, role, token, granted_at, expires_at, version, mode, permits)"
-			" VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)";
+			" VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8)";
 
-		plan_write = prepare(insert, 8, types);
+		plan_write = prepare(insert, 9, types);
 		plan_takeover = prepare(psprintf("WITH older AS (DELETE FROM %%1$s"
 										 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 										 "SELECT ctid FROM %%1$s"
 										 " WHERE name OPERATOR(pg_catalog.=) $1"
 										 " AND token OPERATOR(pg_catalog.<) $4"
 										 " FOR UPDATE SKIP LOCKED)))%s", insert),
-								8, types);
+								9, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
@@ -1008,49 +934,78 @@ dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new)
 	args[5] = TimestampTzGetDatum(row->expires_at);
 	args[6] = PointerGetDatum(cstring_to_text(dlock_mode_name(row->mode)));
 	args[7] = Int32GetDatum(row->permits);
-	if (SPI_execute_plan(row->takeover ? plan_takeover : plan_write, args,
-						 row->permits == 0 ? "       n" : NULL,
-						 false, 0) != SPI_OK_INSERT || SPI_processed != 1)
+	args[8] = Int64GetDatum(row->version);
+	if (execute(row->takeover ? plan_takeover : plan_write, args,
+				row->permits == 0 ? "       n " : NULL, 0) != SPI_OK_INSERT ||
+		SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
 	spi_end(&saved);
 	ForceSyncCommit();
-	return 1;					/* a new row's first version */
 }
 
 /*
- * Deletes the row of the lease with token (a release), by version CAS.
- * grant_xid: the transaction that inserted the row, if it may still be in
- * progress.  Its row is invisible until it commits: the delete would miss it
- * and the row would revive the ended lease after a restart, so wait for it.
+ * Moves the expiry of a lease's row (an extension or renewal).  The update
+ * waits for any other transaction writing the row, so row versions follow
+ * commit order.  It never creates a row: if the row is gone (released from
+ * another session), nothing is written.  Returns the row's new version, or
+ * 0.
  */
-void
-dlock_persist_delete(const DLockKey *key, uint64 token, int64 expected_version,
-					 TransactionId grant_xid)
+int64
+dlock_persist_update(const DLockKey *key, uint64 token, TimestampTz expires_at)
 {
 	AsOwner		saved;
 	Datum		args[3];
-	int			attempt;
+	int64		version = 0;
 
-	if (TransactionIdIsValid(grant_xid) &&
-		!TransactionIdIsCurrentTransactionId(grant_xid) &&
-		TransactionIdIsInProgress(grant_xid))
-		XactLockTableWait(grant_xid, NULL, NULL, XLTW_None);
 	spi_begin(&saved, true, false);
-	if (plan_delete == NULL)
-		prepare_delete();
+	if (plan_update == NULL)
+	{
+		Oid			types[3] = {TEXTOID, INT8OID, TIMESTAMPTZOID};
+
+		plan_update = prepare("UPDATE %s SET expires_at = $3,"
+							  " version = version OPERATOR(pg_catalog.+) 1"
+							  " WHERE name OPERATOR(pg_catalog.=) $1"
+							  " AND token OPERATOR(pg_catalog.=) $2"
+							  " RETURNING version", 3, types);
+	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
-	for (attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++)
+	args[2] = TimestampTzGetDatum(expires_at);
+	if (execute(plan_update, args, NULL, 1) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not update a dlock lease row");
+	if (SPI_processed == 1)
 	{
-		args[2] = Int64GetDatum(expected_version);
-		if (SPI_execute_plan(plan_delete, args, NULL, false, 0) != SPI_OK_DELETE)
-			elog(ERROR, "could not delete a dlock lease row");
-		if (SPI_processed > 0 || !read_row(args[0], token, &expected_version))
-			break;				/* deleted, or the lease has no row */
+		bool		isnull;
+
+		version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	spi_end(&saved);
-	if (attempt == MAX_CAS_ATTEMPTS)
-		too_many_attempts(key);
+	if (version != 0)
+		ForceSyncCommit();
+	return version;
+}
+
+/* Deletes the row of the lease with token (a release). */
+void
+dlock_persist_delete(const DLockKey *key, uint64 token)
+{
+	AsOwner		saved;
+	Datum		args[2];
+
+	spi_begin(&saved, true, false);
+	if (plan_delete == NULL)
+	{
+		Oid			types[2] = {TEXTOID, INT8OID};
+
+		plan_delete = prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+							  " AND token OPERATOR(pg_catalog.=) $2", 2, types);
+	}
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = Int64GetDatum((int64) token);
+	if (execute(plan_delete, args, NULL, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete a dlock lease row");
+	spi_end(&saved);
 	ForceSyncCommit();
 }
 

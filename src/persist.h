@@ -21,7 +21,7 @@ extern void dlock_token_prefetch(void);
 extern Size dlock_db_shmem_size(void);
 extern void dlock_db_shmem_init(void *base);
 extern void dlock_persist_ensure_loaded(Oid fn_oid);
-/* What a lease row holds; version: the one last written (0: none) */
+/* What a lease row holds */
 typedef struct DLockRow
 {
 	DLockOwner	owner;
@@ -36,9 +36,11 @@ typedef struct DLockRow
 								 * name's older, ended leases */
 } DLockRow;
 
-extern int64 dlock_persist_write(const DLockKey *key, const DLockRow *row, bool is_new);
-extern void dlock_persist_delete(const DLockKey *key, uint64 token,
-								 int64 expected_version, TransactionId grant_xid);
+extern TransactionId dlock_persist_xid(void);
+extern void dlock_persist_insert(const DLockKey *key, const DLockRow *row);
+extern int64 dlock_persist_update(const DLockKey *key, uint64 token,
+								  TimestampTz expires_at);
+extern void dlock_persist_delete(const DLockKey *key, uint64 token);
 extern void dlock_persist_note_dead_row(Oid dbid);
 extern int	dlock_persist_dead_databases(Oid *dbids, int max);
 extern int64 dlock_persist_sweep_rows(void);

@@ -296,6 +296,7 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head)
 	entry->durable = false;
 	entry->mode = DLOCK_EXCLUSIVE;
 	entry->stale_rows = false;
+	entry->clear_rows = false;
 	entry->owner.len = 0;
 	entry->grant_xid = InvalidTransactionId;
 	return entry;
@@ -498,18 +499,21 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->version = 0;
 	lease->pins = 0;
 	lease->grant_xid = InvalidTransactionId;
+	lease->clear_rows = false;
 	return lease;
 }
 
 /*
  * Gives a new lease on head's name with a fresh fencing token.  reserved:
  * the caller (a queued waiter) counted an entry for it already, and keeps
- * that reservation if NULL is returned.  Returns NULL when the table is
- * full.
+ * that reservation if NULL is returned.  durable_xid: for a durable lease,
+ * the transaction that will write its row (version 1); else invalid.
+ * Returns NULL when the table is full.
  */
 DLockEntry *
 dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
-			int64 ttl, int64 now, bool durable, DLockMode mode, bool reserved)
+			int64 ttl, int64 now, DLockMode mode, bool reserved,
+			TransactionId durable_xid)
 {
 	DLockEntry *lease;
 	uint64		token;
@@ -530,8 +534,18 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 			dlock_unreserve();
 		return NULL;
 	}
-	lease->durable = durable;
+	lease->durable = TransactionIdIsValid(durable_xid);
 	lease->mode = mode;
+	if (lease->durable)
+	{
+		/* the row counts from now: an end before it is written leaves it */
+		lease->version = 1;
+		lease->grant_xid = durable_xid;
+		lease->clear_rows = head->stale_rows && mode == DLOCK_EXCLUSIVE &&
+			head->permits == 0;
+		if (lease->clear_rows)
+			head->stale_rows = false;
+	}
 	dlock_count(DLOCK_STAT_GRANTS);
 	dlock_set_expires(lease, now + ttl);
 	lease->granted_at = GetCurrentTimestamp();

@@ -76,9 +76,12 @@ typedef struct DLockEntry
 	bool		durable;		/* stored in the lease table */
 	uint8		mode;			/* DLockMode of the lease */
 	bool		stale_rows;		/* head: ended leases may have left rows */
+	bool		clear_rows;		/* durable grant: its row write also deletes
+								 * the rows of the name's ended leases */
 	DLockOwner	owner;
-	TransactionId grant_xid;	/* durable: the transaction that inserted its
-								 * row, which may still be in progress */
+	TransactionId grant_xid;	/* durable: the transaction that granted it
+								 * and writes its row; until it ends, no other
+								 * session acts on the lease */
 } DLockEntry;
 
 /* cumulative counters, shown by dlock_stats */
@@ -146,8 +149,8 @@ extern bool dlock_reserve(void);
 extern void dlock_unreserve(void);
 extern bool dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now);
 extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid,
-							   int pid, int64 ttl, int64 now, bool durable,
-							   DLockMode mode, bool reserved);
+							   int pid, int64 ttl, int64 now, DLockMode mode,
+							   bool reserved, TransactionId durable_xid);
 extern DLockEntry *dlock_restore(DLockEntry *head, uint64 token);
 extern void dlock_end_lease(DLockEntry *lease);
 extern void dlock_drop_if_unused(DLockEntry *head);

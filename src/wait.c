@@ -121,7 +121,8 @@ dlock_wait_prepare(void)
 /* The caller holds the name's partition lock exclusively. */
 void
 dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
-			  int64 ttl, int64 deadline, bool durable, DLockMode mode, bool reserved)
+			  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
+			  TransactionId durable_xid)
 {
 	DLockWaiter *w = my_slot;
 
@@ -137,7 +138,7 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 	w->deadline_wall = deadline == 0 ? 0 :
 		dlock_mono_to_wall(deadline, dlock_mono_now(), w->since);
 	w->roleid = roleid;
-	w->durable = durable;
+	w->durable_xid = durable_xid;
 	w->mode = mode;
 	w->reserved = reserved;
 	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
@@ -192,7 +193,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		if (dlock_conflicts(head, (DLockMode) w->mode, now))
 			break;
 		lease = dlock_grant(head, &w->owner, w->roleid, w->pid, w->ttl, now,
-							w->durable, (DLockMode) w->mode, w->reserved);
+							(DLockMode) w->mode, w->reserved, w->durable_xid);
 		if (lease == NULL)
 			break;				/* not reserved and full: it waits on */
 		dlist_pop_head_node(&head->u.h.waiters);
@@ -257,6 +258,7 @@ dlock_abandon_wait(void)
 		{
 			DLockEntry *head = dlock_head_of(lease);
 
+			lease->version = 0; /* its row was never written */
 			dlock_end_lease(lease);
 			dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 		}

@@ -40,7 +40,8 @@ typedef struct DLockWaiter
 	TimestampTz since;
 	TimestampTz deadline_wall;	/* for display; 0 = none */
 	Oid			roleid;
-	bool		durable;
+	TransactionId durable_xid;	/* durable: the transaction that will write
+									 * the row of the lease granted; else invalid */
 	uint8		mode;			/* DLockMode asked for */
 	bool		reserved;		/* counted an entry for its lease */
 	DLockOwner	owner;
@@ -50,8 +51,8 @@ extern Size dlock_wait_shmem_size(void);
 extern void dlock_wait_shmem_init(void *base);
 
 extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
-						  int64 ttl, int64 deadline, bool durable, DLockMode mode,
-						  bool reserved);
+						  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
+						  TransactionId durable_xid);
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_sleep(void);
 extern void dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep);

@@ -2,10 +2,14 @@
  * xact.c
  *		Transaction and subtransaction callbacks for lease changes.
  *
- * Each change is logged with the nesting level that made it.  An aborted
- * (sub)transaction undoes its acquisitions in reverse order and forgets its
- * releases and renewals; a committed subtransaction hands its log to its
- * parent; the top-level commit applies the releases and renewals.
+ * Each change is logged with the nesting level that made it.  A new grant
+ * takes effect at once; an aborted (sub)transaction takes it back.  Renewals
+ * and extensions pin the lease (it cannot end while the transaction is
+ * open) and releases are only recorded: the top-level commit applies them,
+ * an abort forgets them.  So shared memory changes a lease's expiry or ends
+ * it only when the row write that says so has committed, and a rolled-back
+ * write never touches it.  A committed subtransaction hands its log to its
+ * parent.
  */
 #include "postgres.h"
 
@@ -29,17 +33,18 @@ typedef struct DLockOp
 {
 	DLockOpKind kind;
 	int			level;			/* transaction nesting level */
-	bool		superseded;		/* a later acquisition made it moot */
-	List	   *supersedes;		/* ACQUIRE: the earlier ops it made moot */
+	bool		renewal;		/* RENEW: by dlock_renew (counted), not an
+								 * extension by a new acquisition */
+	bool		supersedes;		/* RENEW: made an earlier release moot */
+	struct DLockOp *superseded_by;	/* RELEASE: the later acquisition of the
+									 * same lease that made it moot */
 	DLockKey	key;
 	uint32		hash;
 	DLockOwner	owner;
-	uint64		token;
-	bool		was_new;		/* ACQUIRE: a new grant, not an extension */
+	uint64		token;			/* 0: no effect (not completed) */
 	bool		durable;		/* RELEASE: the lease's row was deleted */
-	int64		expires;		/* RENEW: new expiry; ACQUIRE: expiry before */
-	int64		version;		/* RENEW: the row version it wrote, or 0;
-								 * ACQUIRE: the row's version before */
+	int64		expires;		/* RENEW: new expiry */
+	int64		version;		/* RENEW: the row version it wrote (0: none) */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -163,33 +168,66 @@ log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
 	return op;
 }
 
-void
-dlock_xact_acquired(const DLockRequest *req, uint64 token, bool was_new,
-					int64 prior_expires, int64 prior_version)
+/*
+ * A lease change about to be made: logged first, as logging allocates, so
+ * that nothing can fail between the change in shared memory and its record
+ * here.  Until completed it has no effect; dlock_xact_forget() drops it.
+ */
+DLockOp *
+dlock_xact_begin(const DLockRequest *req)
 {
-	DLockOp    *op = log_op(DLOCK_OP_ACQUIRE, req, token);
+	return log_op(DLOCK_OP_RENEW, req, 0);
+}
+
+/* The op was not needed (nothing was granted or extended). */
+void
+dlock_xact_forget(DLockOp *op)
+{
+	Assert(op->token == 0);
+	if (op_index != NULL)
+		index_remove(op);
+	if (llast(ops) == op)
+		ops = list_delete_last(ops);
+}
+
+/* The op became a new grant of token: an abort takes it back. */
+void
+dlock_xact_granted(DLockOp *op, uint64 token)
+{
+	if (op_index != NULL)
+		index_remove(op);
+	op->kind = DLOCK_OP_ACQUIRE;
+	op->token = token;
+}
+
+/*
+ * The op became an extension of the caller's lease, pinned by the caller,
+ * to expires at commit.  Taking the lease again cancels a release still
+ * pending; returns true when that release deleted the lease's row, which
+ * the caller must then write again.
+ */
+bool
+dlock_xact_extended(DLockOp *op, const DLockRequest *req, uint64 token,
+					int64 expires)
+{
 	ListCell   *lc;
-	MemoryContext oldcxt;
+	bool		row_deleted = false;
 
-	op->was_new = was_new;
-	op->expires = prior_expires;
-	op->version = prior_version;
-
-	/* Taking the lease again cancels a release or renewal still pending. */
-	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	op->token = token;
+	op->expires = expires;
 	foreach(lc, lease_ops(req))
 	{
 		DLockOp    *prev = lfirst(lc);
 
-		if (prev != op && (prev->kind == DLOCK_OP_RELEASE || prev->kind == DLOCK_OP_RENEW) &&
-			!prev->superseded &&
-			same_lease(prev, req))
+		if (prev->kind == DLOCK_OP_RELEASE && prev->superseded_by == NULL &&
+			prev->token == token && same_lease(prev, req))
 		{
-			prev->superseded = true;
-			op->supersedes = lappend(op->supersedes, prev);
+			prev->superseded_by = op;
+			op->supersedes = true;
+			row_deleted |= prev->durable;
 		}
 	}
-	MemoryContextSwitchTo(oldcxt);
+	return row_deleted;
 }
 
 bool
@@ -201,7 +239,8 @@ dlock_xact_release_pending(const DLockRequest *req)
 	{
 		DLockOp    *op = lfirst(lc);
 
-		if (op->kind == DLOCK_OP_RELEASE && !op->superseded && same_lease(op, req))
+		if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL &&
+			same_lease(op, req))
 			return true;
 	}
 	return false;
@@ -218,7 +257,10 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 DLockOp *
 dlock_xact_renew(const DLockRequest *req)
 {
-	return log_op(DLOCK_OP_RENEW, req, 0);
+	DLockOp    *op = log_op(DLOCK_OP_RENEW, req, 0);
+
+	op->renewal = true;
+	return op;
 }
 
 DLockOp *
@@ -254,24 +296,30 @@ dlock_xact_renew_set(DLockOp *op, uint64 token, int64 expires, int64 version)
 	op->version = version;
 }
 
+/* A subtransaction that took a lease again was undone: its release stands. */
 static void
-undo_acquire(DLockOp *op)
+undo_supersede(DLockOp *op)
 {
+	DLockRequest req;
 	ListCell   *lc;
 
-	/* the row went back to what it was: so does the version shown */
-	dlock_lease_set_expiry(&op->key, op->hash, op->token,
-						   op->was_new ? 0 : op->expires, false, op->version);
-	if (op->was_new)
-		dlock_lease_free(&op->key, op->hash, op->token, false);
-	foreach(lc, op->supersedes)
-		((DLockOp *) lfirst(lc))->superseded = false;
+	memcpy(&req.key, &op->key, sizeof(DLockKey));
+	req.hash = op->hash;
+	memcpy(&req.owner, &op->owner, sizeof(DLockOwner));
+	foreach(lc, lease_ops(&req))
+	{
+		DLockOp    *prev = lfirst(lc);
+
+		if (prev->superseded_by == op)
+			prev->superseded_by = NULL;
+	}
 }
 
 /*
- * Drops, newest first, every op made at nesting level >= level.  Levels
- * never decrease along the list (an ended subtransaction's ops move to its
- * parent's level), so those ops are its tail.
+ * Drops, newest first, every op made at nesting level >= level: a new grant
+ * is taken back, a pin is dropped, and nothing else reaches shared memory.
+ * Levels never decrease along the list (an ended subtransaction's ops move
+ * to its parent's level), so those ops are its tail.
  */
 static void
 undo_from(int level)
@@ -285,15 +333,25 @@ undo_from(int level)
 		if (op->level < level)
 			break;
 		if (op->kind == DLOCK_OP_ACQUIRE)
-			undo_acquire(op);
-		else if (op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, -1);
+			dlock_lease_free(&op->key, op->hash, op->token, true);
+		else if ((op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE) &&
+				 op->token != 0)
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, 0);
+		if (op->supersedes)
+			undo_supersede(op);
 		if (op_index != NULL)
 			index_remove(op);
 	}
 	ops = list_truncate(ops, i + 1);
 }
 
+/*
+ * Applies the transaction's renewals, extensions and releases, in the order
+ * they were made.  A durable lease takes an expiry only from a row version
+ * newer than the one it has: another session's renewal of the same lease
+ * that committed later (with a later version) wins, whichever commit
+ * callback runs first.
+ */
 static void
 apply_commit(void)
 {
@@ -303,18 +361,18 @@ apply_commit(void)
 	{
 		DLockOp    *op = lfirst(lc);
 
+		if (op->token == 0)
+			continue;
 		if (op->kind == DLOCK_OP_RENEW)
 		{
-			/* a superseded renewal still holds its pin */
-			dlock_lease_set_expiry(&op->key, op->hash, op->token,
-								   op->superseded ? 0 : op->expires, true,
-								   op->superseded || op->version == 0 ? -1 : op->version);
-			if (!op->superseded && op->token != 0)
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires,
+								   op->version);
+			if (op->renewal)
 				dlock_count(DLOCK_STAT_RENEWALS);
 		}
 		else if (op->kind == DLOCK_OP_FENCE)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, true, -1);
-		else if (op->kind == DLOCK_OP_RELEASE && !op->superseded)
+			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, 0);
+		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL)
 		{
 			dlock_lease_free(&op->key, op->hash, op->token, op->durable);
 			dlock_count(DLOCK_STAT_RELEASES);

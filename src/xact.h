@@ -2,26 +2,37 @@
  * xact.h
  *		Making lease changes follow the caller's transaction.
  *
- * Acquisitions take effect at once and are undone if the (sub)transaction
- * that made them aborts.  Releases and renewals are recorded here and
- * applied at commit, so others see them only then.
+ * A new grant takes effect at once and is taken back if the (sub)transaction
+ * that made it aborts.  Renewals, extensions and releases are recorded here
+ * and applied at commit, so others see them only then; until then a renewed
+ * or extended lease is pinned.
  */
 #ifndef DLOCK_XACT_H
 #define DLOCK_XACT_H
 
 #include "lease.h"
 
+struct DLockOp;
+
 extern void dlock_xact_register(void);
-extern void dlock_xact_acquired(const DLockRequest *req, uint64 token,
-								bool was_new, int64 prior_expires,
-								int64 prior_version);
+
+/*
+ * An acquisition is logged before shared memory changes (logging allocates),
+ * then completed as a grant or an extension, or forgotten.
+ */
+extern struct DLockOp *dlock_xact_begin(const DLockRequest *req);
+extern void dlock_xact_forget(struct DLockOp *op);
+extern void dlock_xact_granted(struct DLockOp *op, uint64 token);
+extern bool dlock_xact_extended(struct DLockOp *op, const DLockRequest *req,
+								uint64 token, int64 expires);
+
 extern bool dlock_xact_release_pending(const DLockRequest *req);
 extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable);
+
 /*
- * A renewal is logged before its lease is pinned (logging allocates), then
- * completed; a renewal left with token 0 has no effect.
+ * A renewal is logged before its lease is pinned, then completed; one left
+ * with token 0 has no effect.
  */
-struct DLockOp;
 extern struct DLockOp *dlock_xact_renew(const DLockRequest *req);
 extern void dlock_xact_renew_set(struct DLockOp *op, uint64 token, int64 expires,
 								 int64 version);
