@@ -22,6 +22,7 @@ bool		dlock_durable = true;
 int			dlock_lock_delay_ms = 0;
 bool		dlock_worker_enabled = true;
 int			dlock_worker_batch = 1000;
+int			dlock_fence_grace_ms = 10000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -127,6 +128,13 @@ _PG_init(void)
 							&dlock_worker_batch,
 							1000, 1, 1000000,
 							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dlock.fence_grace",
+							"How long a transaction may keep pinning a lease that has ended while others wait for its name.",
+							"After that the waiter terminates the pinning backend, so a holder that hangs inside a renewing or fencing transaction cannot keep the name forever.",
+							&dlock_fence_grace_ms,
+							10000, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("dlock");
 

@@ -22,6 +22,7 @@ extern bool dlock_durable;
 extern int	dlock_lock_delay_ms;
 extern bool dlock_worker_enabled;
 extern int	dlock_worker_batch;
+extern int	dlock_fence_grace_ms;
 
 /* Raises a clean ERROR when the library was not preloaded. */
 extern void dlock_require_preload(void);

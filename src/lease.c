@@ -69,6 +69,19 @@ kind_conflict(const DLockRequest *req, int permits)
 			 errhint("Every caller must ask for the same permits while a name is held or awaited.")));
 }
 
+static void too_many_pinners(const DLockRequest *req) pg_attribute_noreturn();
+
+static void
+too_many_pinners(const DLockRequest *req)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("lease on \"%.*s\" is pinned by too many sessions", req->key.len, req->key.name),
+			 errdetail("At most %d sessions may renew, extend or fence one lease in open transactions at once.",
+					   DLOCK_MAX_PINNERS),
+			 errhint("Commit or roll back the other sessions' transactions that renewed or fenced it.")));
+}
+
 static void
 mode_conflict(const DLockRequest *req, DLockMode held)
 {
@@ -285,7 +298,12 @@ retry:
 			goto retry;
 		}
 		/* it cannot end before our commit applies the new expiry */
-		dlock_pin(lease, 1);
+		if (!dlock_pin(lease))
+		{
+			LWLockRelease(lock);
+			dlock_wake_all();
+			too_many_pinners(req);
+		}
 		lease->holder_pid = MyProcPid;
 		token = lease->token;
 		durable = lease->durable;
@@ -337,7 +355,7 @@ retry:
 		LWLockRelease(lock);
 		dlock_wake_all();
 
-		token = dlock_sleep();
+		token = dlock_sleep(dlock_xact_holds_pins());
 		if (token == 0)
 		{
 			dlock_xact_forget(op);
@@ -435,8 +453,11 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				held_out->durable = lease->durable;
 				wait_xid = grant_in_progress(lease);
 				held = !TransactionIdIsValid(wait_xid);
-				if (held && pin)
-					dlock_pin(lease, 1);
+				if (held && pin && !dlock_pin(lease))
+				{
+					LWLockRelease(lock);
+					too_many_pinners(req);
+				}
 				break;
 			}
 		}
@@ -634,9 +655,13 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			other_role = lease->roleid;
 			result = DLOCK_FENCE_ROLE;
 		}
+		else if (!dlock_pin(lease))
+		{
+			LWLockRelease(lock);
+			too_many_pinners(req);
+		}
 		else
 		{
-			dlock_pin(lease, 1);
 			dlock_xact_renew_set(op, token, 0, 0);
 			result = DLOCK_FENCE_OK;
 		}
@@ -660,10 +685,15 @@ dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_delete
 	{
 		DLockEntry *head = dlock_head_of(lease);
 
+		int64		now = dlock_mono_now();
+
 		if (row_deleted)
 			lease->version = 0;
-		dlock_end_lease(lease);
-		dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
+		if (lease->pins > 0)
+			dlock_release_pinned(lease, now);
+		else
+			dlock_end_lease(lease);
+		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
 	LWLockRelease(lock);
 	dlock_wake_all();
@@ -687,9 +717,9 @@ dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 	lease = dlock_find_lease(key, hash, token);
 	if (lease != NULL)
 	{
-		if (lease->pins > 0)
-			dlock_pin(lease, -1);
-		if (expires != 0 && (!lease->durable || version > lease->version))
+		dlock_unpin(lease);
+		if (expires != 0 && !lease->released &&
+			(!lease->durable || version > lease->version))
 		{
 			dlock_set_expires(lease, expires);
 			if (lease->durable)

@@ -276,6 +276,8 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head)
 	Assert(!found);
 	entry->hash = hash;
 	entry->pins = 0;
+	memset(entry->pinners, 0, sizeof(entry->pinners));
+	entry->released = false;
 	entry->token = 0;
 	entry->expires = 0;
 	entry->granted_at = 0;
@@ -381,20 +383,26 @@ dlock_owner_equal(const DLockOwner *a, const DLockOwner *b)
 bool
 dlock_is_live(const DLockEntry *entry, int64 now)
 {
-	return entry->token != 0 && (entry->expires > now || entry->pins > 0);
+	return entry->token != 0 && !entry->released &&
+		(entry->expires > now || entry->pins > 0);
 }
 
 /* When a name that is not live may go to a new holder (after lock-delay). */
 int64
 dlock_free_at(const DLockEntry *entry)
 {
-	return entry->token == 0 ? 0 : entry->expires + (int64) dlock_lock_delay_ms * 1000;
+	if (entry->token == 0)
+		return 0;
+	/* lock-delay covers an expiry, not a release */
+	return entry->released ? entry->expires :
+		entry->expires + (int64) dlock_lock_delay_ms * 1000;
 }
 
 bool
 dlock_is_free(const DLockEntry *entry, int64 now)
 {
-	return !dlock_is_live(entry, now) && dlock_free_at(entry) <= now;
+	return entry->pins == 0 && !dlock_is_live(entry, now) &&
+		dlock_free_at(entry) <= now;
 }
 
 /* Puts the entry where it belongs in its partition's expiry heap. */
@@ -421,13 +429,77 @@ dlock_set_expires(DLockEntry *entry, int64 expires)
 	heap_update(entry);
 }
 
-/* A pinned lease leaves the heap: nothing may expire it until unpinned. */
-void
-dlock_pin(DLockEntry *entry, int delta)
+/*
+ * Pins the lease for this backend's transaction.  A pinned lease leaves the
+ * heap: nothing may expire it until unpinned.  Returns false (changing
+ * nothing) when too many other backends pin it already.
+ */
+bool
+dlock_pin(DLockEntry *entry)
 {
-	entry->pins += delta;
-	Assert(entry->pins >= 0);
+	DLockPinner *free_slot = NULL;
+
+	for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
+	{
+		DLockPinner *p = &entry->pinners[i];
+
+		if (p->pid == MyProcPid)
+		{
+			free_slot = p;
+			break;
+		}
+		if (p->pid == 0 && free_slot == NULL)
+			free_slot = p;
+	}
+	if (free_slot == NULL)
+		return false;
+	free_slot->pid = MyProcPid;
+	free_slot->count++;
+	entry->pins++;
 	heap_update(entry);
+	return true;
+}
+
+/* Drops one pin this backend's transaction took. */
+void
+dlock_unpin(DLockEntry *entry)
+{
+	for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
+	{
+		DLockPinner *p = &entry->pinners[i];
+
+		if (p->pid != MyProcPid)
+			continue;
+		if (--p->count == 0)
+			p->pid = 0;
+		entry->pins--;
+		Assert(entry->pins >= 0);
+		heap_update(entry);
+		return;
+	}
+}
+
+/*
+ * When a pinned lease's pinners have kept it past its end (its expiry, or
+ * its release) for dlock.fence_grace, and may be terminated if others wait.
+ */
+int64
+dlock_overdue_at(const DLockEntry *entry)
+{
+	return entry->expires + (int64) dlock_fence_grace_ms * 1000;
+}
+
+/*
+ * A release of a lease that other transactions still pin: it is no longer
+ * the owner's, but no conflicting lease is granted (with a newer token)
+ * until those transactions end.
+ */
+void
+dlock_release_pinned(DLockEntry *entry, int64 now)
+{
+	Assert(entry->pins > 0);
+	entry->released = true;
+	dlock_set_expires(entry, now);
 }
 
 /* The lease of the partition that expires first; caller holds its lock. */
@@ -498,6 +570,8 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->token = token;
 	lease->version = 0;
 	lease->pins = 0;
+	memset(lease->pinners, 0, sizeof(lease->pinners));
+	lease->released = false;
 	lease->grant_xid = InvalidTransactionId;
 	lease->clear_rows = false;
 	return lease;
@@ -597,6 +671,8 @@ dlock_end_lease(DLockEntry *lease)
 	{
 		lease->token = 0;
 		lease->pins = 0;
+		memset(lease->pinners, 0, sizeof(lease->pinners));
+		lease->released = false;
 		lease->version = 0;
 		lease->durable = false;
 		return;
@@ -618,8 +694,9 @@ dlock_drop_if_unused(DLockEntry *head)
 }
 
 /*
- * When the next of the name's leases may become free: the earliest end of
- * an unpinned one (0: none; a pinned one ends only when unpinned).
+ * When the head waiter must look at the name's leases again: the earliest
+ * end of an unpinned one, or the moment a pinned one becomes overdue (0:
+ * none).  A pinned lease ends only when unpinned, which settles the name.
  */
 int64
 dlock_next_free_at(DLockEntry *head)
@@ -630,8 +707,10 @@ dlock_next_free_at(DLockEntry *head)
 
 	dlock_foreach_lease(lease, head, iter)
 	{
-		if (lease->pins == 0 && (next == 0 || dlock_free_at(lease) < next))
-			next = dlock_free_at(lease);
+		int64		at = lease->pins == 0 ? dlock_free_at(lease) : dlock_overdue_at(lease);
+
+		if (next == 0 || at < next)
+			next = at;
 	}
 	return next;
 }

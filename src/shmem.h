@@ -41,12 +41,26 @@ typedef struct DLockOwner
 	char		str[DLOCK_OWNER_MAX];
 } DLockOwner;
 
+/*
+ * A backend whose open transaction pins a lease (renewed, extended or
+ * fenced it), with how many times.  A lease has room for a few: more
+ * sessions pinning one lease at once are refused.
+ */
+#define DLOCK_MAX_PINNERS	4
+
+typedef struct DLockPinner
+{
+	int32		pid;			/* 0: free */
+	int32		count;
+} DLockPinner;
+
 typedef struct DLockEntry
 {
 	DLockKey	key;			/* hash key: must be first */
 	uint32		hash;			/* of key */
 	int32		pins;			/* open transactions that renewed or fenced
 								 * the lease: it cannot end before they do */
+	DLockPinner pinners[DLOCK_MAX_PINNERS];	/* who holds the pins */
 	uint64		token;			/* fencing token of the lease; 0 = none */
 	int64		expires;		/* monotonic clock, microseconds; set it with
 								 * dlock_set_expires() */
@@ -76,6 +90,9 @@ typedef struct DLockEntry
 	bool		durable;		/* stored in the lease table */
 	uint8		mode;			/* DLockMode of the lease */
 	bool		stale_rows;		/* head: ended leases may have left rows */
+	bool		released;		/* released while pinned: no longer the
+								 * owner's, but it keeps its name until the
+								 * pins are gone (expires: when released) */
 	bool		clear_rows;		/* durable grant: its row write also deletes
 								 * the rows of the name's ended leases */
 	DLockOwner	owner;
@@ -132,7 +149,10 @@ extern bool dlock_is_live(const DLockEntry *entry, int64 now);
 extern bool dlock_is_free(const DLockEntry *entry, int64 now);
 extern int64 dlock_free_at(const DLockEntry *entry);
 extern void dlock_set_expires(DLockEntry *entry, int64 expires);
-extern void dlock_pin(DLockEntry *entry, int delta);
+extern bool dlock_pin(DLockEntry *entry);
+extern void dlock_unpin(DLockEntry *entry);
+extern int64 dlock_overdue_at(const DLockEntry *entry);
+extern void dlock_release_pinned(DLockEntry *entry, int64 now);
 extern DLockEntry *dlock_earliest(int partition);
 
 /*

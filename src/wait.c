@@ -15,6 +15,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/procarray.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -287,6 +288,88 @@ sleep_until(int64 wake_at, int64 now)
 	CHECK_FOR_INTERRUPTS();
 }
 
+/* A backend that pins a lease past dlock.fence_grace, to be terminated */
+typedef struct Overdue
+{
+	int			pid;
+	uint64		token;
+	int64		overdue_ms;
+} Overdue;
+
+/* whether the waiting transaction pins leases itself (see find_overdue) */
+static bool waiter_holds_pins = false;
+
+/*
+ * The backends whose transactions pin one of head's leases past its end for
+ * longer than dlock.fence_grace, while we wait: at most max into *out.
+ *
+ * A waiter whose own transaction pins leases may be one side of a wait
+ * cycle, whose other side is about to terminate it; so that only one side
+ * goes, it gives a pinner with a higher pid one more grace.
+ */
+static int
+find_overdue(DLockEntry *head, int64 now, Overdue *out, int max)
+{
+	dlist_mutable_iter iter;
+	DLockEntry *lease;
+	int			n = 0;
+	int64		grace = (int64) dlock_fence_grace_ms * 1000;
+
+	dlock_foreach_lease(lease, head, iter)
+	{
+		if (lease->pins == 0 || dlock_overdue_at(lease) > now)
+			continue;
+		for (int i = 0; i < DLOCK_MAX_PINNERS && n < max; i++)
+		{
+			int			pid = lease->pinners[i].pid;
+
+			if (pid == 0 || pid == MyProcPid ||
+				(waiter_holds_pins && pid > MyProcPid &&
+				 dlock_overdue_at(lease) + grace > now))
+				continue;
+			out[n].pid = lease->pinners[i].pid;
+			out[n].token = lease->token;
+			out[n].overdue_ms = (now - lease->expires) / 1000;
+			n++;
+		}
+	}
+	return n;
+}
+
+/* backends this wait has signalled already, so each is told (and logged) once */
+static int	signalled[DLOCK_MAX_PINNERS * 4];
+static int	nsignalled = 0;
+
+/*
+ * Ends the backends found by find_overdue(): their transactions roll back,
+ * their pins go, and the name moves on.  This bounds how long a holder that
+ * hangs inside a renewing or fencing transaction keeps its name, and breaks
+ * wait cycles through pins, which the deadlock detector cannot see.
+ */
+static void
+terminate_overdue(const DLockWaiter *w, const Overdue *overdue, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		bool		done = false;
+
+		for (int j = 0; j < nsignalled; j++)
+			done |= (signalled[j] == overdue[i].pid);
+		if (done || BackendPidGetProc(overdue[i].pid) == NULL)
+			continue;
+		if (nsignalled < (int) lengthof(signalled))
+			signalled[nsignalled++] = overdue[i].pid;
+		ereport(LOG,
+				(errmsg("dlock: terminating backend %d: its transaction has pinned lease \"%.*s\" (token " UINT64_FORMAT ") for " INT64_FORMAT " ms after the lease ended, while others wait",
+						overdue[i].pid, w->key.len, w->key.name, overdue[i].token,
+						overdue[i].overdue_ms),
+				 errhint("A transaction that renews or fences a lease must end within dlock.fence_grace of the lease's end.")));
+		if (kill(overdue[i].pid, SIGTERM) != 0)
+			ereport(WARNING,
+					(errmsg("could not send signal to process %d: %m", overdue[i].pid)));
+	}
+}
+
 /*
  * One look at our slot under the partition lock.  Returns true when the wait
  * is over (*token is 0 on timeout); otherwise sets *wake_at for the sleep.
@@ -296,6 +379,8 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 {
 	LWLock	   *lock = dlock_partition_lock(w->hash);
 	bool		done = false;
+	Overdue		overdue[DLOCK_MAX_PINNERS * 4];
+	int			noverdue = 0;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	*now = dlock_mono_now();
@@ -303,7 +388,11 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	/* We are next in line: end dead holders ourselves and take our turn. */
 	if (w->state == DLOCK_WAIT_QUEUED &&
 		dlist_head_node(&w->head->u.h.waiters) == &w->node)
+	{
 		dlock_settle(w->head, *now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+		if (w->state == DLOCK_WAIT_QUEUED)
+			noverdue = find_overdue(w->head, *now, overdue, lengthof(overdue));
+	}
 
 	if (w->state == DLOCK_WAIT_GRANTED)
 	{
@@ -323,10 +412,14 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 		bool		is_head = dlist_head_node(&w->head->u.h.waiters) == &w->node;
 
 		*wake_at = is_head ? head_timer(w->head, w->deadline) : w->deadline;
+		/* overdue pinners were signalled: their exit settles the name */
+		if (*wake_at != 0 && *wake_at <= *now)
+			*wake_at = *now + 100 * 1000;
 		w->wake_at = *wake_at;
 	}
 	LWLockRelease(lock);
 	dlock_wake_all();
+	terminate_overdue(w, overdue, noverdue);
 	return done;
 }
 
@@ -335,20 +428,31 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
  * or 0 when the deadline passed first.  Cancel, statement_timeout and
  * termination end the wait with an error and leave nothing queued.
  */
+/* kept out of dlock_sleep's setjmp frame, so its locals cannot be clobbered */
+static pg_noinline uint64
+wait_loop(DLockWaiter *w)
+{
+	uint64		token = 0;
+	int64		wake_at;
+	int64		now;
+
+	while (!check_wait(w, &token, &wake_at, &now))
+		sleep_until(wake_at, now);
+	return token;
+}
+
 uint64
-dlock_sleep(void)
+dlock_sleep(bool holds_pins)
 {
 	DLockWaiter *w = my_slot;
-	uint64		token = 0;
+	volatile uint64 token = 0;
 
 	Assert(w != NULL && w->state == DLOCK_WAIT_QUEUED);
+	nsignalled = 0;
+	waiter_holds_pins = holds_pins;
 	PG_TRY();
 	{
-		int64		wake_at;
-		int64		now;
-
-		while (!check_wait(w, &token, &wake_at, &now))
-			sleep_until(wake_at, now);
+		token = wait_loop(w);
 	}
 	PG_CATCH();
 	{

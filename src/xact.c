@@ -288,6 +288,22 @@ dlock_xact_fenced_token(const DLockKey *key)
 	return token;
 }
 
+/* Whether this transaction pins any lease (renewed, extended or fenced it). */
+bool
+dlock_xact_holds_pins(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if ((op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE) && op->token != 0)
+			return true;
+	}
+	return false;
+}
+
 void
 dlock_xact_renew_set(DLockOp *op, uint64 token, int64 expires, int64 version)
 {

@@ -38,5 +38,6 @@ extern void dlock_xact_renew_set(struct DLockOp *op, uint64 token, int64 expires
 								 int64 version);
 extern struct DLockOp *dlock_xact_fence(const DLockRequest *req);
 extern uint64 dlock_xact_fenced_token(const DLockKey *key);
+extern bool dlock_xact_holds_pins(void);
 
 #endif							/* DLOCK_XACT_H */

@@ -1,0 +1,118 @@
+# Pins are bounded: a transaction that renewed or fenced a lease keeps it
+# from ending (and keeps a newer token from being granted) while it is open,
+# but once the lease has ended (its TTL, a release, a force release) and
+# someone waits for the name, a pinning transaction still open after
+# dlock.fence_grace is ended by the server: its backend is terminated (and
+# logged with the name and token), its writes roll back, and the name moves
+# on.  The same bound ends wait cycles through pins, which PostgreSQL's
+# deadlock detector cannot see.  Without a waiter nothing is terminated.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+# writing to a session the server terminated must not end the test
+$SIG{PIPE} = 'IGNORE';
+
+my $node = PostgreSQL::Test::Cluster->new('pins');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'dlock'
+dlock.fence_grace = '1s'
+});
+$node->start;
+$node->safe_psql('postgres', q{
+CREATE EXTENSION dlock;
+CREATE TABLE work (name text, tok bigint);
+CREATE TRIGGER fenced BEFORE INSERT ON work
+	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('name', 'tok');
+});
+
+# a session whose transaction stays open (an idle holder)
+sub holder
+{
+	return $node->background_psql('postgres', on_error_stop => 0);
+}
+
+sub still_connected
+{
+	my ($s) = @_;
+	my $out = eval { $s->query(q{SELECT 'alive'}) };
+	return defined($out) && $out =~ /alive$/;
+}
+
+# 1. released while fenced: the waiter gets a newer token after the grace,
+# the fencing transaction is terminated and its write is rolled back
+my $t = $node->safe_psql('postgres', q{SELECT dlock_try('job', '1 hour', 'svc')});
+my $h = holder();
+$h->query_safe("BEGIN; SELECT dlock_fence('job', $t); INSERT INTO work VALUES ('job', $t);");
+my $offset = -s $node->logfile;
+is($node->safe_psql('postgres', q{SELECT dlock_release('job', 'svc')}), 't', 'the release returns at once');
+my $start = time;
+my $got = $node->safe_psql('postgres', q{SELECT dlock_acquire('job', '1 minute', '30 s', 'next')});
+my $waited = time - $start;
+cmp_ok($got, '>', $t, 'the waiter is granted a newer token');
+cmp_ok($waited, '>=', 0.9, sprintf('... not before the grace (%.2f s)', $waited));
+ok($node->log_contains(qr/dlock: terminating backend \d+: its transaction has pinned lease "job" \(token $t\)/, $offset),
+	'the termination is logged with the name and token');
+ok(!still_connected($h), 'the fencing session was terminated');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM work}), '0', 'its fenced write was rolled back');
+$node->safe_psql('postgres', q{SELECT dlock_release('job', 'next')});
+
+# 2. force-released while fenced: the same
+$t = $node->safe_psql('postgres', q{SELECT dlock_try('job2', '1 hour', 'svc')});
+$h = holder();
+$h->query_safe("BEGIN; SELECT dlock_fence('job2', $t);");
+$node->safe_psql('postgres', q{SELECT dlock_force_release('job2')});
+$got = $node->safe_psql('postgres', q{SELECT dlock_acquire('job2', '1 minute', '30 s', 'next')});
+cmp_ok($got, '>', $t, 'after a force release, the waiter is granted once the fencing session is ended');
+ok(!still_connected($h), '... which was terminated');
+
+# 3. TTL ended while renewed in an open transaction, with a waiter
+$node->safe_psql('postgres', q{SELECT dlock_try('ttl', '1 s', 'svc')});
+$h = holder();
+$h->query_safe(q{BEGIN; SELECT dlock_renew('ttl', '1 s', 'svc');});
+$start = time;
+$got = $node->safe_psql('postgres', q{SELECT dlock_acquire('ttl', '1 minute', '30 s', 'next') IS NOT NULL});
+$waited = time - $start;
+is($got, 't', 'a lease kept past its TTL by an idle renewing transaction goes to the waiter');
+cmp_ok($waited, '>=', 1.8, sprintf('... after TTL + grace (%.2f s)', $waited));
+ok(!still_connected($h), '... and the renewing session was terminated');
+
+# 4. no waiter: a pinning transaction may stay open past the grace
+$t = $node->safe_psql('postgres', q{SELECT dlock_try('quiet', '1 s', 'svc')});
+$h = holder();
+$h->query_safe("BEGIN; SELECT dlock_fence('quiet', $t);");
+sleep 3;
+ok(still_connected($h), 'without a waiter, nothing is terminated');
+is($node->safe_psql('postgres', q{SELECT dlock_try('quiet', '1 minute', 'other') IS NULL}), 't',
+	'... and the pinned lease still holds its name');
+$h->query_safe('COMMIT');
+$h->quit;
+is($node->safe_psql('postgres', q{SELECT dlock_try('quiet', '1 minute', 'other') IS NOT NULL}), 't',
+	'after its commit the name is free');
+
+# 5. a wait cycle through pins: A renews x and waits for y, B renews y and
+# waits for x.  The deadlock detector cannot see it; the grace ends it.
+$node->safe_psql('postgres', q{SELECT dlock_try('x', '1 s', 'A'), dlock_try('y', '1 s', 'B')});
+my $a = holder();
+my $b = holder();
+$a->query_safe(q{BEGIN; SELECT dlock_renew('x', '1 s', 'A');});
+$b->query_safe(q{BEGIN; SELECT dlock_renew('y', '1 s', 'B');});
+$start = time;
+$a->query_until(qr/sent/, "\\echo sent\nSELECT dlock_acquire('y', '1 minute', '30 s', 'A') IS NOT NULL AS a_got_y;\n");
+$b->query_until(qr/sent/, "\\echo sent\nSELECT dlock_acquire('x', '1 minute', '30 s', 'B') IS NOT NULL AS b_got_x;\n");
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dlock_waiters}),
+	'the cycle ends');
+my $took = time - $start;
+cmp_ok($took, '<', 10, sprintf('... within TTL + grace and a little (%.2f s)', $took));
+my $alive = (still_connected($a) ? 1 : 0) + (still_connected($b) ? 1 : 0);
+is($alive, 1, 'one side of the cycle was terminated, the other got its lease');
+eval { $a->quit };
+eval { $b->quit };
+
+ok(!$node->log_contains(qr/PANIC|TRAP:|terminated by signal/), 'no crash');
+$node->stop;
+done_testing();
