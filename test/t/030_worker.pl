@@ -105,8 +105,9 @@ is($node->safe_psql('postgres', 'SHOW dlock.lock_delay'), '700ms', 'lock_delay r
 is($node->safe_psql('postgres', qq{
 	SELECT dlock_try('delayed', '100 ms', 'a') IS NOT NULL;
 	SELECT pg_sleep(0.2);
-	SELECT dlock_try('delayed', '1 min', 'b') IS NULL AS held_by_delay;}),
-	"t\n\nt", 'lock-delay: an expired name is not granted during the delay');
+	SELECT dlock_try('delayed', '1 min', 'b') IS NULL AS held_by_delay;
+	SELECT dlock_try('delayed', '1 min', 'a') IS NULL AS not_even_to_its_owner;}),
+	"t\n\nt\nt", 'lock-delay: an expired name is not granted during the delay, not even to its old owner');
 my $waited = $node->safe_psql('postgres', qq{
 	SELECT dlock_acquire('delayed', '1 min', '5 s', 'b') IS NOT NULL,
 		   (SELECT expires_at FROM dlock_locks WHERE name = 'delayed') IS NOT NULL;});
