@@ -38,6 +38,10 @@ bench:
 # the regress and isolation suites under valgrind (not part of make test)
 valgrind:
 	bash test/valgrind/run.sh
+# the fuzz back to back with crashes, for SOAK_MINUTES (default 10); not part of make test
+.PHONY: soak
+soak:
+	bash test/soak.sh
 
 # The dlock command (cli/): built by make, installed next to PostgreSQL's binaries.
 .PHONY: cli install-cli uninstall-cli clean-cli

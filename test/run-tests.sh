@@ -246,7 +246,7 @@ n=$(stop_scratch_servers)
 rm -rf "$scratch" "$logdir" || fatal "cannot remove the old $scratch"
 mkdir -p "$scratch" "$logdir"
 tar -C "$top" \
-	--exclude=./.git --exclude=./test/tmp --exclude=./.demo \
+	--exclude=./.git --exclude=./test/tmp --exclude=./.demo --exclude=./.soak \
 	--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
 	--exclude=./results --exclude=./log --exclude=./test/output_iso \
 	--exclude=./regression.diffs --exclude=./regression.out \
