@@ -944,6 +944,8 @@ dlock_fenced(PG_FUNCTION_ARGS)
 	int64		token;
 
 	check_writable();
+	/* the first call in a database after a restart may be this one */
+	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 	row = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	name = name_col ? SPI_getvalue(row, desc, name_col) : args[0];
 	if (name == NULL)

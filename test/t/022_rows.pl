@@ -129,5 +129,17 @@ ok($node->safe_psql('postgres', "SELECT dlock_try('fresh', '1 minute', 'z') > 90
 ok($node->log_contains(qr/dlock skipped \d+ ended and 4 invalid lease rows/),
 	'rebuild: skipped rows are logged');
 
+# The fencing trigger may be the first dlock call after a restart: it loads
+# the lease table first, so a live lease's token is accepted.
+$node->safe_psql('postgres', q{
+CREATE TABLE guarded (name text, tok bigint);
+CREATE TRIGGER fenced BEFORE INSERT ON guarded
+	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('name', 'tok');
+});
+my $tok = $node->safe_psql('postgres', "SELECT dlock_try('after-restart', '1 hour', 'w')");
+$node->restart;
+my ($rc, $out, $err) = $node->psql('postgres', "INSERT INTO guarded VALUES ('after-restart', $tok)");
+is($rc, 0, 'after a restart, a fenced write is the first dlock call and is accepted') or diag($err);
+
 $node->stop;
 done_testing();
