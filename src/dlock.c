@@ -23,6 +23,7 @@ int			dlock_lock_delay_ms = 0;
 bool		dlock_worker_enabled = true;
 int			dlock_worker_batch = 1000;
 int			dlock_fence_grace_ms = 10000;
+int			dlock_token_block = 1000000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -135,6 +136,13 @@ _PG_init(void)
 							&dlock_fence_grace_ms,
 							10000, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dlock.token_block",
+							"Fencing tokens reserved in the token file at a time (a developer option, for tests).",
+							NULL,
+							&dlock_token_block,
+							1000000, 2, 1000000000,
+							PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("dlock");
 

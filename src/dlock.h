@@ -23,6 +23,7 @@ extern int	dlock_lock_delay_ms;
 extern bool dlock_worker_enabled;
 extern int	dlock_worker_batch;
 extern int	dlock_fence_grace_ms;
+extern int	dlock_token_block;
 
 /* Raises a clean ERROR when the library was not preloaded. */
 extern void dlock_require_preload(void);

@@ -245,10 +245,13 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	bool		retried = false;
 	bool		found;
 	bool		durable;
+	bool		no_token;
 
 	if (timeout == 0 && refused_at_a_glance(req))
 		return 0;
 	dlock_xact_register();
+	/* only calls that may grant reserve tokens: a release works on a full disk */
+	dlock_token_prefetch();
 	if (timeout != 0)
 	{
 		dlock_wait_prepare();
@@ -325,7 +328,17 @@ retry:
 			goto retry;
 		}
 		lease = dlock_grant(head, &req->owner, req->roleid, MyProcPid, req->ttl, now,
-							req->mode, false, req->durable ? xid : InvalidTransactionId);
+							req->mode, false, req->durable ? xid : InvalidTransactionId,
+							&no_token);
+		if (lease == NULL && no_token)
+		{
+			/* reserve more tokens, outside the lock, and look again */
+			dlock_drop_if_unused(head);
+			LWLockRelease(lock);
+			dlock_wake_all();
+			dlock_token_prefetch();
+			goto retry;
+		}
 		if (lease == NULL)
 			goto full;
 		dlock_count(DLOCK_STAT_IMMEDIATE);
@@ -745,7 +758,6 @@ dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
 	bool		more = false;
 
 	dlock_wake_init();
-	dlock_token_prefetch();
 	for (int p = 0; p < DLOCK_PARTITIONS; p++)
 	{
 		LWLock	   *lock = dlock_partition_lock((uint32) p);

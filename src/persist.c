@@ -50,7 +50,6 @@
 
 #define TOKEN_FILE			"pg_dlock.tokens"
 #define TOKEN_FILE_TMP		"pg_dlock.tokens.tmp"
-#define TOKEN_BLOCK			UINT64CONST(1000000)
 #define TOKEN_TLI_SHIFT		48
 
 typedef struct TokenState
@@ -133,11 +132,12 @@ reserve_tokens(uint64 end)
 }
 
 /*
- * Returns a token above every token handed out before.  Callers may hold a
- * partition lock.  Inside the reserved block a token is one compare-and-swap,
- * so concurrent grants on different names do not queue on a lock; a
- * reservation (one file write and fsync per million tokens, or after a
- * promotion) happens under the token lock.
+ * Returns a token above every token handed out before, or 0 when none is
+ * reserved (the block is used up, or a promotion moved the base).  Callers
+ * may hold a partition lock, so this never writes the file and never fails:
+ * on 0 they let go of their locks and call dlock_token_prefetch().  Inside
+ * the reserved block a token is one compare-and-swap, so concurrent grants
+ * on different names do not queue on a lock.
  */
 uint64
 dlock_token_next(void)
@@ -149,48 +149,46 @@ dlock_token_next(void)
 		uint64		cur = pg_atomic_read_u64(&tokens->next);
 
 		/* reserved_end only grows, so a token below it is on disk */
-		if (cur >= base && cur < pg_atomic_read_u64(&tokens->reserved_end))
-		{
-			if (pg_atomic_compare_exchange_u64(&tokens->next, &cur, cur + 1))
-				return cur;
-			continue;
-		}
-
-		LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
-		raise_next(base);
-		cur = pg_atomic_read_u64(&tokens->next);
-		if (cur >= pg_atomic_read_u64(&tokens->reserved_end))
-		{
-			reserve_tokens(cur + TOKEN_BLOCK);
-			pg_write_barrier();
-			pg_atomic_write_u64(&tokens->reserved_end, cur + TOKEN_BLOCK);
-		}
-		LWLockRelease(tokens->lock);
+		if (cur < base || cur >= pg_atomic_read_u64(&tokens->reserved_end))
+			return 0;
+		if (pg_atomic_compare_exchange_u64(&tokens->next, &cur, cur + 1))
+			return cur;
 	}
 }
 
 /*
- * Reserves the next block ahead of need, while the caller holds no lock:
- * the file write may fail, and a grant made under a partition lock (or in a
- * commit callback, where an error would be fatal) should then find tokens
- * already reserved.
+ * Reserves the next block ahead of need (or at once when none is left), by
+ * a caller that holds no lock: the file write may fail.  Every call that may
+ * grant runs it first, so grants under a partition lock or in a commit
+ * callback find tokens reserved.
  */
 void
 dlock_token_prefetch(void)
 {
 	uint64		base = (uint64) GetWALInsertionTimeLine() << TOKEN_TLI_SHIFT;
+	uint64		block = (uint64) dlock_token_block;
 	uint64		end = pg_atomic_read_u64(&tokens->reserved_end);
 	uint64		next = pg_atomic_read_u64(&tokens->next);
 
-	if (next >= base && next + TOKEN_BLOCK / 2 < end)
+	if (next >= base && next + block / 2 < end)
 		return;
 	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
 	raise_next(base);
 	end = pg_atomic_read_u64(&tokens->reserved_end);
-	if (pg_atomic_read_u64(&tokens->next) + TOKEN_BLOCK / 2 >= end)
+	if (pg_atomic_read_u64(&tokens->next) + block / 2 >= end)
 	{
-		end = Max(end, pg_atomic_read_u64(&tokens->next)) + TOKEN_BLOCK;
-		reserve_tokens(end);
+		end = Max(end, pg_atomic_read_u64(&tokens->next)) + block;
+		/* a failed write must not leave the token lock held */
+		PG_TRY();
+		{
+			reserve_tokens(end);
+		}
+		PG_CATCH();
+		{
+			LWLockRelease(tokens->lock);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
 		pg_write_barrier();
 		pg_atomic_write_u64(&tokens->reserved_end, end);
 	}

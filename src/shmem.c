@@ -582,19 +582,23 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
  * the caller (a queued waiter) counted an entry for it already, and keeps
  * that reservation if NULL is returned.  durable_xid: for a durable lease,
  * the transaction that will write its row (version 1); else invalid.
- * Returns NULL when the table is full.
+ * Returns NULL when the table is full, or with *no_token when no token is
+ * reserved (see dlock_token_next).
  */
 DLockEntry *
 dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 			int64 ttl, int64 now, DLockMode mode, bool reserved,
-			TransactionId durable_xid)
+			TransactionId durable_xid, bool *no_token)
 {
 	DLockEntry *lease;
 	uint64		token;
 	bool		own_reservation = false;
 
-	/* first, as it may fail: nothing is reserved or changed yet */
+	/* first: nothing is reserved or changed yet */
 	token = dlock_token_next();
+	*no_token = (token == 0);
+	if (token == 0)
+		return NULL;
 	if (head->token != 0 && !reserved)
 	{
 		if (!dlock_reserve())

@@ -170,7 +170,8 @@ extern void dlock_unreserve(void);
 extern bool dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now);
 extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 							   int pid, int64 ttl, int64 now, DLockMode mode,
-							   bool reserved, TransactionId durable_xid);
+							   bool reserved, TransactionId durable_xid,
+							   bool *no_token);
 extern DLockEntry *dlock_restore(DLockEntry *head, uint64 token);
 extern void dlock_end_lease(DLockEntry *lease);
 extern void dlock_drop_if_unused(DLockEntry *head);

@@ -20,6 +20,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "persist.h"
 #include "wait.h"
 
 static DLockWaiter *slots = NULL;
@@ -177,6 +178,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 {
 	dlist_mutable_iter iter;
 	DLockEntry *lease;
+	bool		no_token;
 
 	dlock_foreach_lease(lease, head, iter)
 	{
@@ -194,9 +196,15 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		if (dlock_conflicts(head, (DLockMode) w->mode, now))
 			break;
 		lease = dlock_grant(head, &w->owner, w->roleid, w->pid, w->ttl, now,
-							(DLockMode) w->mode, w->reserved, w->durable_xid);
+							(DLockMode) w->mode, w->reserved, w->durable_xid,
+							&no_token);
 		if (lease == NULL)
-			break;				/* not reserved and full: it waits on */
+		{
+			/* it reserves tokens itself, outside any lock, and looks again */
+			if (no_token && w->proc != MyProc)
+				dlock_wake_later(w->proc);
+			break;				/* else not reserved and full: it waits on */
+		}
 		dlist_pop_head_node(&head->u.h.waiters);
 		head->nwaiters--;
 		w->reserved = false;
@@ -382,6 +390,8 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	Overdue		overdue[DLOCK_MAX_PINNERS * 4];
 	int			noverdue = 0;
 
+	/* a grant to us needs a reserved token; the reservation may fail */
+	dlock_token_prefetch();
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	*now = dlock_mono_now();
 

@@ -452,7 +452,6 @@ void
 dlock_xact_register(void)
 {
 	dlock_wake_init();
-	dlock_token_prefetch();
 	if (registered)
 		return;
 	RegisterXactCallback(xact_callback, NULL);
