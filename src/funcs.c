@@ -391,11 +391,16 @@ names_arg(FunctionCallInfo fcinfo, int *count)
  * Takes the names in sorted order, so two callers over overlapping names
  * always queue in the same order and cannot deadlock.  Stops at the first
  * name it cannot have in time; returns whether it had them all.
+ *
+ * While it waits for later names, the leases it has are pinned (they cannot
+ * end), and once it has them all it extends them, so every lease returned
+ * runs its ttl from the moment the set was complete.
  */
 static bool
 take_all(NameArg *names, int count, DLockRequest *req, int64 timeout)
 {
 	int64		deadline = 0;
+	uint64		current;
 
 	if (timeout > 0 && pg_add_s64_overflow(dlock_mono_now(), timeout, &deadline))
 		timeout = -1;			/* longer than anyone can wait */
@@ -413,6 +418,17 @@ take_all(NameArg *names, int count, DLockRequest *req, int64 timeout)
 		set_name(req, names[i].data, names[i].len);
 		names[i].token = dlock_lease_acquire(req, wait);
 		if (names[i].token == 0)
+			return false;
+		if (timeout != 0 && i < count - 1 &&
+			dlock_lease_fence(req, names[i].token, &current) != DLOCK_FENCE_OK)
+			return false;
+	}
+	for (int i = 0; timeout != 0 && i < count - 1; i++)
+	{
+		if (i > 0 && name_cmp(&names[i], &names[i - 1]) == 0)
+			continue;
+		set_name(req, names[i].data, names[i].len);
+		if (dlock_lease_acquire(req, 0) != names[i].token)
 			return false;
 	}
 	return true;
