@@ -18,6 +18,7 @@
 #include "common/int.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/memutils.h"
 
@@ -353,13 +354,21 @@ retry:
 	else
 	{
 		int64		deadline = 0;
+		int64		wait = timeout;
+		bool		by_lock_timeout = false;
 
 		/* a waiter that may need an entry of its own counts it now */
 		bool		reserve = (head->permits != 0 || req->mode != DLOCK_EXCLUSIVE);
 
 		if (reserve && !dlock_reserve())
 			goto full;
-		if (timeout > 0 && !pg_add_s64_overflow(now, timeout, &deadline))
+		/* lock_timeout bounds this wait as it bounds any lock wait */
+		if (LockTimeout > 0 && (wait < 0 || (int64) LockTimeout * 1000 < wait))
+		{
+			wait = (int64) LockTimeout * 1000;
+			by_lock_timeout = true;
+		}
+		if (wait > 0 && !pg_add_s64_overflow(now, wait, &deadline))
 			deadline = Max(deadline, 1);
 		else
 			deadline = 0;
@@ -372,6 +381,12 @@ retry:
 		if (token == 0)
 		{
 			dlock_xact_forget(op);
+			if (by_lock_timeout)
+				ereport(ERROR,
+						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+						 errmsg("canceling statement due to lock timeout"),
+						 errdetail("Lock \"%.*s\" was not granted within lock_timeout (%d ms).",
+								   req->key.len, req->key.name, LockTimeout)));
 			return 0;
 		}
 		dlock_xact_granted(op, token);
