@@ -644,12 +644,16 @@ DLockFenceResult
 dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
-	struct DLockOp *op;
+	struct DLockOp *op = NULL;
 	DLockFenceResult result;
 	Oid			member_of = InvalidOid;
 
+	/* a transaction pins a lease once, however many rows it fences with it */
+	bool		held = dlock_xact_fence_held(&req->key, token);
+
 	dlock_xact_register();
-	op = dlock_xact_fence(req);
+	if (!held)
+		op = dlock_xact_fence(req);
 	for (;;)
 	{
 		Oid			other_role = InvalidOid;
@@ -659,7 +663,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		dlist_mutable_iter iter;
 		int64		now;
 
-		LWLockAcquire(lock, LW_EXCLUSIVE);
+		LWLockAcquire(lock, held ? LW_SHARED : LW_EXCLUSIVE);
 		now = dlock_mono_now();
 		*current = 0;
 		head = dlock_find(&req->key, req->hash);
@@ -683,6 +687,8 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			other_role = lease->roleid;
 			result = DLOCK_FENCE_ROLE;
 		}
+		else if (held)
+			result = DLOCK_FENCE_OK;
 		else if (!dlock_pin(lease))
 		{
 			LWLockRelease(lock);
@@ -690,7 +696,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else
 		{
-			dlock_xact_renew_set(op, token, 0, 0);
+			dlock_xact_fence_set(op, token);
 			result = DLOCK_FENCE_OK;
 		}
 		LWLockRelease(lock);

@@ -70,6 +70,46 @@ typedef struct OpIndexEntry
 
 static HTAB *op_index = NULL;	/* in TopTransactionContext, or NULL */
 
+/*
+ * Each name's latest fence pin of the transaction, so a bulk write through
+ * the fencing trigger fences (logs an op and pins) once per name and token,
+ * not once per row, and finds its token in O(1).
+ */
+typedef struct FenceEntry
+{
+	DLockKey	key;			/* hash key (token 0): must be first */
+	DLockOp    *op;				/* its live FENCE op, or NULL */
+} FenceEntry;
+
+static HTAB *fence_index = NULL;	/* in TopTransactionContext, or NULL */
+
+static FenceEntry *
+fence_entry(const DLockKey *key, HASHACTION action)
+{
+	DLockKey	k;
+	FenceEntry *entry;
+	bool		found;
+
+	if (fence_index == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (action == HASH_FIND)
+			return NULL;
+		ctl.keysize = sizeof(DLockKey);
+		ctl.entrysize = sizeof(FenceEntry);
+		ctl.hcxt = TopTransactionContext;
+		fence_index = hash_create("dlock fences", 16, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	memcpy(&k, key, sizeof(DLockKey));
+	k.token = 0;
+	entry = hash_search(fence_index, &k, action, &found);
+	if (entry != NULL && !found)
+		entry->op = NULL;
+	return entry;
+}
+
 static void
 index_key(OpIndexKey *k, const DLockKey *key, const DLockOwner *owner)
 {
@@ -263,29 +303,61 @@ dlock_xact_renew(const DLockRequest *req)
 	return op;
 }
 
+/* A fence about to pin a lease: completed by dlock_xact_fence_set(). */
 DLockOp *
 dlock_xact_fence(const DLockRequest *req)
 {
+	/* the name's entry is made now: completing the op must not allocate */
+	(void) fence_entry(&req->key, HASH_ENTER);
 	return log_op(DLOCK_OP_FENCE, req, 0);
+}
+
+void
+dlock_xact_fence_set(DLockOp *op, uint64 token)
+{
+	FenceEntry *entry = fence_entry(&op->key, HASH_FIND);
+
+	op->token = token;
+	entry->op = op;
 }
 
 /* The token this transaction last fenced name with, or 0. */
 uint64
 dlock_xact_fenced_token(const DLockKey *key)
 {
-	uint64		token = 0;
-	ListCell   *lc;
+	FenceEntry *entry = fence_entry(key, HASH_FIND);
 
-	foreach(lc, ops)
+	return entry != NULL && entry->op != NULL ? entry->op->token : 0;
+}
+
+/* Whether this transaction holds a fence pin on the name's lease token. */
+bool
+dlock_xact_fence_held(const DLockKey *key, uint64 token)
+{
+	return dlock_xact_fenced_token(key) == token;
+}
+
+/* A fence op was undone: the name's latest fence is an earlier one, if any. */
+static void
+fence_undone(DLockOp *op, int before)
+{
+	FenceEntry *entry = fence_entry(&op->key, HASH_FIND);
+
+	if (entry == NULL || entry->op != op)
+		return;
+	entry->op = NULL;
+	for (int i = before - 1; i >= 0; i--)
 	{
-		DLockOp    *op = lfirst(lc);
+		DLockOp    *prev = list_nth(ops, i);
 
-		if (op->kind == DLOCK_OP_FENCE && op->token != 0 &&
-			op->key.dbid == key->dbid && op->key.len == key->len &&
-			memcmp(op->key.name, key->name, key->len) == 0)
-			token = op->token;
+		if (prev->kind == DLOCK_OP_FENCE && prev->token != 0 &&
+			prev->key.dbid == op->key.dbid && prev->key.len == op->key.len &&
+			memcmp(prev->key.name, op->key.name, op->key.len) == 0)
+		{
+			entry->op = prev;
+			break;
+		}
 	}
-	return token;
 }
 
 /* Whether this transaction pins any lease (renewed, extended or fenced it). */
@@ -352,7 +424,11 @@ undo_from(int level)
 			dlock_lease_free(&op->key, op->hash, op->token, true);
 		else if ((op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE) &&
 				 op->token != 0)
+		{
 			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, 0);
+			if (op->kind == DLOCK_OP_FENCE)
+				fence_undone(op, i);
+		}
 		if (op->supersedes)
 			undo_supersede(op);
 		if (op_index != NULL)
@@ -406,12 +482,14 @@ xact_callback(XactEvent event, void *arg)
 			apply_commit();
 			ops = NIL;
 			op_index = NULL;	/* freed with TopTransactionContext */
+			fence_index = NULL;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			undo_from(0);
 			ops = NIL;
 			op_index = NULL;
+			fence_index = NULL;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			if (ops != NIL)

@@ -37,7 +37,9 @@ extern struct DLockOp *dlock_xact_renew(const DLockRequest *req);
 extern void dlock_xact_renew_set(struct DLockOp *op, uint64 token, int64 expires,
 								 int64 version);
 extern struct DLockOp *dlock_xact_fence(const DLockRequest *req);
+extern void dlock_xact_fence_set(struct DLockOp *op, uint64 token);
 extern uint64 dlock_xact_fenced_token(const DLockKey *key);
+extern bool dlock_xact_fence_held(const DLockKey *key, uint64 token);
 extern bool dlock_xact_holds_pins(void);
 
 #endif							/* DLOCK_XACT_H */
