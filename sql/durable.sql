@@ -44,6 +44,14 @@ RESET dlock.durable;
 BEGIN READ ONLY;
 SELECT dlock_try('m3', '1 minute', 'o1');
 ROLLBACK;
+-- a durable acquire that would wait fails at once, before it queues
+SELECT dlock_try('m4', '1 minute', 'holder') IS NOT NULL AS held;
+BEGIN READ ONLY;
+SET LOCAL statement_timeout = '2s';   -- a wait would end with 57014
+SELECT dlock_acquire('m4', '1 minute', '10 seconds', 'o1');
+ROLLBACK;
+SELECT count(*) AS queued FROM dlock_waiters;
+SELECT dlock_release('m4', 'holder');
 -- renewing or releasing a lease follows how it was taken, not the setting
 SELECT dlock_renew('m1', '2 minutes', 'o1') IS NOT NULL;
 SELECT count(*) AS rows FROM dlock_leases WHERE name = 'm1';
