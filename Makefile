@@ -13,7 +13,7 @@ REGRESS_OPTS = --temp-config=$(srcdir)/test/dlock.conf \
 	--temp-instance=./tmp_regress
 # isolation specs in test/specs, in this order (helpers creates shared functions)
 ISOLATION = helpers contention fifo waiter_exit expiry owner queue xact sweep fence versioned rwlock semaphore multilock \
-	pinned multilock_ttl lock_timeout divergence_grant divergence_extend divergence_xact
+	pinned multilock_ttl lock_timeout memory_extend divergence_grant divergence_extend divergence_xact
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso \
 	--temp-config=$(srcdir)/test/dlock.conf --temp-instance=./tmp_iso \
 	--load-extension=dlock
