@@ -68,14 +68,20 @@ dlock_token_shmem_size(void)
 	return MAXALIGN(sizeof(TokenState));
 }
 
+/* Every process that attaches to the segment */
+void
+dlock_token_shmem_init(void *base)
+{
+	tokens = base;
+}
+
 /* Runs in the postmaster: at start and after a crash. */
 void
-dlock_token_shmem_init(void *base, LWLock *lock)
+dlock_token_shmem_load(LWLock *lock)
 {
 	FILE	   *file;
 	uint64		end = 0;
 
-	tokens = base;
 	tokens->lock = lock;
 
 	file = AllocateFile(TOKEN_FILE, "r");
@@ -242,9 +248,11 @@ dlock_db_shmem_size(void)
 }
 
 void
-dlock_db_shmem_init(void *base)
+dlock_db_shmem_init(void *base, bool found)
 {
 	dbs = base;
+	if (found)
+		return;
 	memset(dbs, 0, sizeof(DbSlots));
 	SpinLockInit(&dbs->mutex);
 	ConditionVariableInit(&dbs->cv);

@@ -13,13 +13,14 @@
 
 /* token allocator (cluster-wide) */
 extern Size dlock_token_shmem_size(void);
-extern void dlock_token_shmem_init(void *base, LWLock *lock);
+extern void dlock_token_shmem_init(void *base);
+extern void dlock_token_shmem_load(LWLock *lock);
 extern uint64 dlock_token_next(void);
 extern void dlock_token_prefetch(void);
 
 /* per-database state and lease table */
 extern Size dlock_db_shmem_size(void);
-extern void dlock_db_shmem_init(void *base);
+extern void dlock_db_shmem_init(void *base, bool found);
 extern void dlock_persist_ensure_loaded(Oid fn_oid);
 /* What a lease row holds */
 typedef struct DLockRow

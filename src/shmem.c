@@ -96,6 +96,21 @@ dlock_shmem_request(void)
 }
 
 /*
+ * A partition's expiry heap, for a caller holding the partition's lock
+ * exclusively (or only reading it).  The compare function's address is this
+ * process's: stored on each use, as another process (EXEC_BACKEND) may have
+ * the library at another address.
+ */
+static pairingheap *
+partition_heap(int partition)
+{
+	pairingheap *heap = &shared->heaps[partition];
+
+	heap->ph_compare = expiry_cmp;
+	return heap;
+}
+
+/*
  * Runs in the postmaster at start and after every crash restart, so the
  * table always starts empty: leases come back from the durable table.
  */
@@ -107,11 +122,25 @@ dlock_shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 
+	/*
+	 * Every attach sets this process's pointers into the segment (a backend
+	 * of an EXEC_BACKEND build attaches to a segment made by the postmaster);
+	 * only the first one initializes it.
+	 */
 	shared = ShmemInitStruct("dlock", fixed_size(), &found);
-	if (!found)
 	{
 		char	   *next = (char *) shared + MAXALIGN(sizeof(DLockShared));
 
+		dlock_token_shmem_init(next);
+		next += dlock_token_shmem_size();
+		dlock_db_shmem_init(next, found);
+		next += dlock_db_shmem_size();
+		dlock_worker_shmem_init(next, found);
+		next += dlock_worker_shmem_size();
+		dlock_wait_shmem_init(next, found);
+	}
+	if (!found)
+	{
 		shared->locks = GetNamedLWLockTranche("dlock");
 		pg_atomic_init_u32(&shared->nentries, 0);
 		for (int i = 0; i < DLOCK_NUM_STATS; i++)
@@ -126,13 +155,7 @@ dlock_shmem_startup(void)
 			shared->heaps[i].ph_arg = NULL;
 			shared->heaps[i].ph_root = NULL;
 		}
-		dlock_token_shmem_init(next, &shared->locks[DLOCK_PARTITIONS].lock);
-		next += dlock_token_shmem_size();
-		dlock_db_shmem_init(next);
-		next += dlock_db_shmem_size();
-		dlock_worker_shmem_init(next);
-		next += dlock_worker_shmem_size();
-		dlock_wait_shmem_init(next);
+		dlock_token_shmem_load(&shared->locks[DLOCK_PARTITIONS].lock);
 	}
 
 	memset(&info, 0, sizeof(info));
@@ -409,7 +432,7 @@ dlock_is_free(const DLockEntry *entry, int64 now)
 static void
 heap_update(DLockEntry *entry)
 {
-	pairingheap *heap = &shared->heaps[entry->hash % DLOCK_PARTITIONS];
+	pairingheap *heap = partition_heap(entry->hash % DLOCK_PARTITIONS);
 
 	if (entry->in_heap)
 		pairingheap_remove(heap, &entry->heap_node);
@@ -506,7 +529,7 @@ dlock_release_pinned(DLockEntry *entry, int64 now)
 DLockEntry *
 dlock_earliest(int partition)
 {
-	pairingheap *heap = &shared->heaps[partition];
+	pairingheap *heap = partition_heap(partition);
 
 	if (pairingheap_is_empty(heap))
 		return NULL;
@@ -668,7 +691,7 @@ dlock_end_lease(DLockEntry *lease)
 		head->stale_rows = true;
 	}
 	if (lease->in_heap)
-		pairingheap_remove(&shared->heaps[lease->hash % DLOCK_PARTITIONS], &lease->heap_node);
+		pairingheap_remove(partition_heap(lease->hash % DLOCK_PARTITIONS), &lease->heap_node);
 	lease->in_heap = false;
 	head->nleases--;
 	if (lease == head)

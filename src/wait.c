@@ -38,9 +38,11 @@ dlock_wait_shmem_size(void)
 }
 
 void
-dlock_wait_shmem_init(void *base)
+dlock_wait_shmem_init(void *base, bool found)
 {
 	slots = base;
+	if (found)
+		return;
 	memset(slots, 0, dlock_wait_shmem_size());
 }
 

@@ -54,9 +54,11 @@ dlock_worker_shmem_size(void)
 }
 
 void
-dlock_worker_shmem_init(void *base)
+dlock_worker_shmem_init(void *base, bool found)
 {
 	state = base;
+	if (found)
+		return;
 	state->latch = NULL;
 	pg_atomic_init_u64(&state->wake_at, WAKE_NEVER);
 }
