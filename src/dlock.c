@@ -10,6 +10,7 @@
 #include "utils/guc.h"
 
 #include "dlock.h"
+#include "persist.h"
 #include "shmem.h"
 #include "worker.h"
 
@@ -86,6 +87,7 @@ _PG_init(void)
 							16384, 16, 100000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("dlock.default_ttl",
 							"Lease time used when a call gives no ttl.",
 							NULL,
@@ -131,6 +133,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("dlock");
 
 	dlock_worker_register();
+	dlock_persist_hook_drops();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = dlock_shmem_request_hook;

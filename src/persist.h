@@ -21,6 +21,7 @@ extern void dlock_token_prefetch(void);
 extern Size dlock_db_shmem_size(void);
 extern void dlock_db_shmem_init(void *base);
 extern void dlock_persist_ensure_loaded(Oid fn_oid);
+extern void dlock_persist_hook_drops(void);
 /* What a lease row holds; version: the one last written (0: none) */
 typedef struct DLockRow
 {
@@ -40,6 +41,7 @@ extern int64 dlock_persist_write(const DLockKey *key, const DLockRow *row, bool 
 extern void dlock_persist_delete(const DLockKey *key, uint64 token,
 								 int64 expected_version, TransactionId grant_xid);
 extern void dlock_persist_note_dead_row(Oid dbid);
+extern void dlock_persist_forget_dead_rows(void);
 extern int	dlock_persist_dead_databases(Oid *dbids, int max);
 extern int64 dlock_persist_sweep_rows(void);
 extern void dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc,

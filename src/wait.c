@@ -232,6 +232,35 @@ dequeue(DLockWaiter *w, int64 now)
 }
 
 /*
+ * Ends every wait in the database, queued or granted but not yet returned:
+ * its leases are about to be dropped (the extension or the database went
+ * away), so nothing can be granted any more.  Each waiter wakes to an
+ * error.  The caller holds every partition lock.
+ */
+void
+dlock_end_waits(Oid dbid)
+{
+	for (int i = 0; i < MaxBackends; i++)
+	{
+		DLockWaiter *w = &slots[i];
+
+		if (w->key.dbid != dbid ||
+			(w->state != DLOCK_WAIT_QUEUED && w->state != DLOCK_WAIT_GRANTED))
+			continue;
+		if (w->state == DLOCK_WAIT_QUEUED)
+		{
+			dlist_delete(&w->node);
+			w->head->nwaiters--;
+			if (w->reserved)
+				dlock_unreserve();
+			w->reserved = false;
+		}
+		w->state = DLOCK_WAIT_ENDED;
+		dlock_wake_later(w->proc);
+	}
+}
+
+/*
  * Forgets a wait that ends in an error or in backend exit.  A lease granted
  * to us meanwhile was never returned to the caller, so it is passed on.
  */
@@ -260,8 +289,8 @@ dlock_abandon_wait(void)
 			dlock_end_lease(lease);
 			dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 		}
-		w->state = DLOCK_WAIT_NONE;
 	}
+	w->state = DLOCK_WAIT_NONE;
 	LWLockRelease(lock);
 	dlock_wake_all();
 }
@@ -294,6 +323,7 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 {
 	LWLock	   *lock = dlock_partition_lock(w->hash);
 	bool		done = false;
+	bool		ended = false;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	*now = dlock_mono_now();
@@ -308,6 +338,11 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 		*token = w->token;
 		w->state = DLOCK_WAIT_NONE;
 		done = true;
+	}
+	else if (w->state == DLOCK_WAIT_ENDED)
+	{
+		w->state = DLOCK_WAIT_NONE;
+		ended = true;
 	}
 	else if (w->deadline != 0 && *now >= w->deadline)
 	{
@@ -325,6 +360,12 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	}
 	LWLockRelease(lock);
 	dlock_wake_all();
+	if (ended)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("wait for lock \"%.*s\" ended: the dlock extension was dropped",
+						w->key.len, w->key.name),
+				 errdetail("Every lease and wait of this database was discarded with the extension's lease table.")));
 	return done;
 }
 
