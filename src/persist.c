@@ -215,8 +215,6 @@ raise_token_floor(uint64 floor)
  * Per-database load state
  * --------------------------------------------------------------------- */
 
-#define DLOCK_MAX_DATABASES	64
-
 typedef enum DbState
 {
 	DB_NOT_LOADED,
@@ -442,6 +440,14 @@ claim_db_slot(void)
 	return NULL;				/* keep compiler quiet */
 }
 
+/* This backend's database slot: its database's entries are counted by it. */
+int
+dlock_persist_db_index(void)
+{
+	Assert(my_slot != NULL);
+	return my_slot - dbs->slots;
+}
+
 /*
  * Drops a database's leases and waits from shared memory: its lease table
  * was dropped or replaced, or the database itself.  Their rows went with
@@ -507,7 +513,7 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
 	o.len = VARSIZE_ANY_EXHDR(owner);
 	memcpy(o.str, VARDATA_ANY(owner), o.len);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	head = dlock_find_or_create(key, hash, &found);
+	head = dlock_restore_head(key, hash, &found);
 	if (head != NULL)
 	{
 		dlock_foreach_lease(each, head, iter)

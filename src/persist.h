@@ -21,6 +21,7 @@ extern void dlock_token_prefetch(void);
 extern Size dlock_db_shmem_size(void);
 extern void dlock_db_shmem_init(void *base);
 extern void dlock_persist_ensure_loaded(Oid fn_oid);
+extern int	dlock_persist_db_index(void);
 extern void dlock_persist_hook_drops(void);
 /* What a lease row holds; version: the one last written (0: none) */
 typedef struct DLockRow

@@ -224,7 +224,7 @@ dequeue(DLockWaiter *w, int64 now)
 	dlist_delete(&w->node);
 	head->nwaiters--;
 	if (w->reserved)
-		dlock_unreserve();
+		dlock_unreserve(head);
 	w->reserved = false;
 	w->state = DLOCK_WAIT_NONE;
 	/* those queued behind may fit now */
@@ -252,7 +252,7 @@ dlock_end_waits(Oid dbid)
 			dlist_delete(&w->node);
 			w->head->nwaiters--;
 			if (w->reserved)
-				dlock_unreserve();
+				dlock_unreserve(w->head);
 			w->reserved = false;
 		}
 		w->state = DLOCK_WAIT_ENDED;
