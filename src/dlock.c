@@ -10,12 +10,14 @@
 #include "utils/guc.h"
 
 #include "dlock.h"
+#include "persist.h"
 #include "shmem.h"
 #include "worker.h"
 
 PG_MODULE_MAGIC;
 
 int			dlock_max_locks = 16384;
+int			dlock_max_locks_per_database = 0;
 int			dlock_default_ttl_ms = 30000;
 char	   *dlock_owner_setting = NULL;
 bool		dlock_durable = true;
@@ -88,6 +90,18 @@ _PG_init(void)
 							16384, 16, 100000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
+
+	/*
+	 * Only new entries are checked against it, so it can change on reload:
+	 * a database left above a lowered share keeps what it has.
+	 */
+	DefineCustomIntVariable("dlock.max_locks_per_database",
+							"Maximum number of leases held or awaited at once in one database; 0 means no limit but dlock.max_locks.",
+							NULL,
+							&dlock_max_locks_per_database,
+							0, 0, 100000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("dlock.default_ttl",
 							"Lease time used when a call gives no ttl.",
 							NULL,
@@ -147,6 +161,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("dlock");
 
 	dlock_worker_register();
+	dlock_persist_hook_drops();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = dlock_shmem_request_hook;

@@ -11,11 +11,15 @@
 #define DLOCK_NAME_MAX		200
 #define DLOCK_OWNER_MAX		128
 
+/* Databases of a cluster that can use dlock at once. */
+#define DLOCK_MAX_DATABASES	64
+
 /* Longest lease a single grant or renewal may ask for. */
 #define DLOCK_TTL_MAX		(INT64CONST(7) * USECS_PER_DAY)
 
 /* Settings (GUCs) */
 extern int	dlock_max_locks;
+extern int	dlock_max_locks_per_database;
 extern int	dlock_default_ttl_ms;
 extern char *dlock_owner_setting;
 extern bool dlock_durable;

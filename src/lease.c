@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "common/int.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -42,6 +43,14 @@ reclaim_expired(void)
 static void
 table_full(void)
 {
+	if (dlock_full_in_database())
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("dlock lease table is full for database \"%s\"",
+						get_database_name(MyDatabaseId)),
+				 errdetail("All %d entries allowed per database by dlock.max_locks_per_database are live leases or queued waits.",
+						   dlock_max_locks_per_database),
+				 errhint("Release leases you no longer need, or increase dlock.max_locks_per_database and reload the configuration.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_OUT_OF_MEMORY),
 			 errmsg("dlock lease table is full"),
@@ -360,7 +369,7 @@ retry:
 		/* a waiter that may need an entry of its own counts it now */
 		bool		reserve = (head->permits != 0 || req->mode != DLOCK_EXCLUSIVE);
 
-		if (reserve && !dlock_reserve())
+		if (reserve && !dlock_reserve(head))
 			goto full;
 		/* lock_timeout bounds this wait as it bounds any lock wait */
 		if (LockTimeout > 0 && (wait < 0 || (int64) LockTimeout * 1000 < wait))

@@ -21,8 +21,12 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/condition_variable.h"
@@ -43,6 +47,7 @@
 #include "port/atomics.h"
 
 #include "persist.h"
+#include "wait.h"
 
 /* ---------------------------------------------------------------------
  * Token allocator
@@ -213,8 +218,6 @@ raise_token_floor(uint64 floor)
 /* ---------------------------------------------------------------------
  * Per-database load state
  * --------------------------------------------------------------------- */
-
-#define DLOCK_MAX_DATABASES	64
 
 typedef enum DbState
 {
@@ -402,12 +405,11 @@ spi_end(AsOwner *saved)
 	SPI_finish();
 }
 
+/* Slots are freed when their database is dropped (database_dropped). */
 static DbSlot *
 claim_db_slot(void)
 {
 	DbSlot	   *free_slot = NULL;
-	Oid			stale[DLOCK_MAX_DATABASES];
-	int			nstale = 0;
 
 	SpinLockAcquire(&dbs->mutex);
 	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
@@ -421,8 +423,6 @@ claim_db_slot(void)
 		}
 		if (s->dbid == InvalidOid && free_slot == NULL)
 			free_slot = s;
-		else if (s->dbid != InvalidOid)
-			stale[nstale++] = s->dbid;
 	}
 	if (free_slot != NULL)
 	{
@@ -433,28 +433,6 @@ claim_db_slot(void)
 		return free_slot;
 	}
 	SpinLockRelease(&dbs->mutex);
-
-	/* All taken: slots of dropped databases can be reused. */
-	for (int i = 0; i < nstale; i++)
-	{
-		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(stale[i])))
-			continue;
-		SpinLockAcquire(&dbs->mutex);
-		for (int j = 0; j < DLOCK_MAX_DATABASES; j++)
-		{
-			DbSlot	   *s = &dbs->slots[j];
-
-			if (s->dbid == stale[i] && s->state != DB_LOADING)
-			{
-				s->dbid = MyDatabaseId;
-				s->relid = InvalidOid;
-				s->state = DB_NOT_LOADED;
-				SpinLockRelease(&dbs->mutex);
-				return s;
-			}
-		}
-		SpinLockRelease(&dbs->mutex);
-	}
 	ereport(ERROR,
 			(errcode(ERRCODE_OUT_OF_MEMORY),
 			 errmsg("dlock is in use in too many databases"),
@@ -463,36 +441,52 @@ claim_db_slot(void)
 	return NULL;				/* keep compiler quiet */
 }
 
+/* This backend's database slot: its database's entries are counted by it. */
+int
+dlock_persist_db_index(void)
+{
+	Assert(my_slot != NULL);
+	return my_slot - dbs->slots;
+}
+
 /*
- * Drops this database's leases from shared memory (its table was replaced),
- * except on names that have waiters.  Further leases go first, so each pass
- * removes only the entry it is looking at.
+ * Drops a database's leases and waits from shared memory: its lease table
+ * was dropped or replaced, or the database itself.  Their rows went with
+ * the table, so the ended leases leave nothing to sweep.  Further leases go
+ * first, so each pass removes only the entry it is looking at.
  */
 static void
-purge_database(void)
+purge_database(Oid dbid)
 {
 	HASH_SEQ_STATUS status;
 	DLockEntry *entry;
 
+	dlock_wake_init();
 	dlock_lock_all_partitions(LW_EXCLUSIVE);
+	dlock_end_waits(dbid);
 	dlock_scan_begin(&status);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (entry->key.dbid == MyDatabaseId && !dlock_is_head(entry) &&
-			dlist_is_empty(&entry->u.x.head->u.h.waiters))
+		if (entry->key.dbid == dbid && !dlock_is_head(entry))
+		{
+			entry->version = 0;
 			dlock_end_lease(entry);
+		}
 	}
 	dlock_scan_begin(&status);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (entry->key.dbid != MyDatabaseId || !dlock_is_head(entry) ||
-			!dlist_is_empty(&entry->u.h.waiters))
+		if (entry->key.dbid != dbid)
 			continue;
 		if (entry->token != 0)
+		{
+			entry->version = 0;
 			dlock_end_lease(entry);
+		}
 		dlock_drop_if_unused(entry);
 	}
 	dlock_unlock_all_partitions();
+	dlock_wake_all();
 }
 
 /*
@@ -520,7 +514,7 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
 	o.len = VARSIZE_ANY_EXHDR(owner);
 	memcpy(o.str, VARDATA_ANY(owner), o.len);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	head = dlock_find_or_create(key, hash, &found);
+	head = dlock_restore_head(key, hash, &found);
 	if (head != NULL)
 	{
 		dlock_foreach_lease(each, head, iter)
@@ -687,7 +681,7 @@ load_database(DbSlot *slot, Oid old_relid)
 	PG_TRY();
 	{
 		if (OidIsValid(old_relid) && old_relid != lease_relid)
-			purge_database();
+			purge_database(MyDatabaseId);
 		load_rows();
 	}
 	PG_CATCH();
@@ -764,6 +758,186 @@ dlock_persist_ensure_loaded(Oid fn_oid)
 }
 
 /* ---------------------------------------------------------------------
+ * Dropped databases and extensions
+ *
+ * When a drop of a database, or of the extension in one, commits, the
+ * backend that made it drops that database's leases and waits from shared
+ * memory at once.  Left there, they would take entries until they expired,
+ * keep waiters waiting on names nobody serves, and, as they expired, send
+ * sweepers again and again to a database with no table to sweep.  The
+ * object access hook sees every drop, from any backend and by any command
+ * (DROP DATABASE, with FORCE or not; DROP EXTENSION; DROP SCHEMA ...
+ * CASCADE).
+ * --------------------------------------------------------------------- */
+
+static object_access_hook_type prev_object_access_hook = NULL;
+static Oid	dropped_db = InvalidOid;	/* by DROP DATABASE, in this transaction */
+static bool dropped_ext = false;	/* dlock's extension, in this transaction */
+static Oid	kept_relid = InvalidOid;	/* see kept_lease_table() */
+
+/* The caller holds the slots' mutex. */
+static DbSlot *
+find_db_slot(Oid dbid)
+{
+	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+	{
+		if (dbs->slots[i].dbid == dbid)
+			return &dbs->slots[i];
+	}
+	return NULL;
+}
+
+/*
+ * A dropped database has no backends left (DROP DATABASE refuses them, or
+ * with FORCE ends them first), so its slot is ours to empty and free.
+ */
+static void
+database_dropped(Oid dbid)
+{
+	DbSlot	   *slot;
+
+	SpinLockAcquire(&dbs->mutex);
+	slot = find_db_slot(dbid);
+	SpinLockRelease(&dbs->mutex);
+	if (slot == NULL)
+		return;
+	purge_database(dbid);
+	SpinLockAcquire(&dbs->mutex);
+	slot->relid = InvalidOid;
+	slot->state = DB_NOT_LOADED;
+	slot->dead_rows = 0;
+	slot->dbid = InvalidOid;
+	SpinLockRelease(&dbs->mutex);
+}
+
+/*
+ * The extension was dropped in this database, and kept is the lease table
+ * that remains of those its leases were loaded from (InvalidOid: none).
+ * Leases loaded from a table that is gone are dropped, unless a load is
+ * under way (a load of a new table drops them itself).  The slot is marked
+ * as loading meanwhile, so a call in a re-created extension waits for the
+ * purge before it loads.
+ */
+static void
+extension_dropped(Oid kept)
+{
+	DbSlot	   *slot;
+
+	SpinLockAcquire(&dbs->mutex);
+	slot = find_db_slot(MyDatabaseId);
+	if (slot != NULL && OidIsValid(slot->relid) && slot->relid != kept &&
+		slot->state != DB_LOADING)
+	{
+		slot->state = DB_LOADING;
+		slot->loader_pid = MyProcPid;
+		slot->relid = InvalidOid;
+	}
+	else
+		slot = NULL;
+	SpinLockRelease(&dbs->mutex);
+	if (slot == NULL)
+		return;
+	purge_database(MyDatabaseId);
+	SpinLockAcquire(&dbs->mutex);
+	slot->state = DB_NOT_LOADED;
+	slot->dead_rows = 0;
+	SpinLockRelease(&dbs->mutex);
+	ConditionVariableBroadcast(&dbs->cv);
+}
+
+/*
+ * The table this database's leases were loaded from, if it still exists:
+ * the drop was undone by ROLLBACK TO SAVEPOINT, or the leases were loaded
+ * again from a re-created extension's table.
+ */
+static Oid
+kept_lease_table(void)
+{
+	DbSlot	   *slot;
+	Oid			relid = InvalidOid;
+
+	SpinLockAcquire(&dbs->mutex);
+	slot = find_db_slot(MyDatabaseId);
+	if (slot != NULL)
+		relid = slot->relid;
+	SpinLockRelease(&dbs->mutex);
+	if (OidIsValid(relid) && SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		return relid;
+	return InvalidOid;
+}
+
+static void
+drop_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (dropped_ext)
+				kept_relid = kept_lease_table();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (dropped_ext)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that dropped extension dlock")));
+			break;
+		case XACT_EVENT_COMMIT:
+			if (OidIsValid(dropped_db))
+				database_dropped(dropped_db);
+			if (dropped_ext)
+				extension_dropped(kept_relid);
+			dropped_db = InvalidOid;
+			dropped_ext = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			dropped_db = InvalidOid;
+			dropped_ext = false;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+drop_hook(ObjectAccessType access, Oid classId, Oid objectId, int subId,
+		  void *arg)
+{
+	static bool registered = false;
+
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access != OAT_DROP)
+		return;
+	if (classId == DatabaseRelationId)
+		dropped_db = objectId;
+	else if (classId == ExtensionRelationId)
+	{
+		char	   *name = get_extension_name(objectId);
+
+		if (name == NULL || strcmp(name, "dlock") != 0)
+			return;
+		dropped_ext = true;
+	}
+	else
+		return;
+	if (!registered)
+	{
+		RegisterXactCallback(drop_xact_callback, NULL);
+		registered = true;
+	}
+	/* the commit callback must not fail, so it must not allocate */
+	dlock_wake_init();
+}
+
+void
+dlock_persist_hook_drops(void)
+{
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = drop_hook;
+}
+
+/* ---------------------------------------------------------------------
  * Rows of ended leases
  * --------------------------------------------------------------------- */
 
@@ -771,15 +945,28 @@ dlock_persist_ensure_loaded(Oid fn_oid)
 void
 dlock_persist_note_dead_row(Oid dbid)
 {
+	DbSlot	   *slot;
+
 	SpinLockAcquire(&dbs->mutex);
-	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
-	{
-		if (dbs->slots[i].dbid == dbid)
-		{
-			dbs->slots[i].dead_rows++;
-			break;
-		}
-	}
+	slot = find_db_slot(dbid);
+	if (slot != NULL)
+		slot->dead_rows++;
+	SpinLockRelease(&dbs->mutex);
+}
+
+/*
+ * A sweeper found no dlock extension in its database: no rows to delete
+ * there, and none to send another sweeper for.
+ */
+void
+dlock_persist_forget_dead_rows(void)
+{
+	DbSlot	   *slot;
+
+	SpinLockAcquire(&dbs->mutex);
+	slot = find_db_slot(MyDatabaseId);
+	if (slot != NULL)
+		slot->dead_rows = 0;
 	SpinLockRelease(&dbs->mutex);
 }
 

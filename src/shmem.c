@@ -6,7 +6,8 @@
  * a key's hash choose one of DLOCK_PARTITIONS LWLocks, so calls on different
  * names rarely meet on one lock.  Entry count is capped by dlock.max_locks,
  * kept exact with an atomic counter because a shared dynahash may borrow
- * spare shared memory beyond its nominal size.
+ * spare shared memory beyond its nominal size.  Each database's entries are
+ * counted too, for dlock.max_locks_per_database.
  */
 #include "postgres.h"
 
@@ -30,6 +31,8 @@ typedef struct DLockShared
 {
 	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
 	pg_atomic_uint32 nentries;
+	/* entries per database, by the slot persist.c gave the database */
+	pg_atomic_uint32 db_entries[DLOCK_MAX_DATABASES];
 	/* per partition: its held, unpinned leases by expiry, earliest first */
 	pairingheap heaps[DLOCK_PARTITIONS];
 	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
@@ -143,6 +146,8 @@ dlock_shmem_startup(void)
 	{
 		shared->locks = GetNamedLWLockTranche("dlock");
 		pg_atomic_init_u32(&shared->nentries, 0);
+		for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+			pg_atomic_init_u32(&shared->db_entries[i], 0);
 		for (int i = 0; i < DLOCK_NUM_STATS; i++)
 		{
 			pg_atomic_init_u64(&shared->stats[i], 0);
@@ -267,27 +272,70 @@ dlock_find(const DLockKey *key, uint32 hash)
 	return hash_search_with_hash_value(lock_hash, key, hash, HASH_FIND, NULL);
 }
 
-/* Counts one more entry against dlock.max_locks; false when full. */
-bool
-dlock_reserve(void)
+/* the last reservation this backend was refused hit its database's share */
+static bool full_in_database = false;
+
+/*
+ * Counts one more entry of the database in slot db against dlock.max_locks
+ * and, with share, against dlock.max_locks_per_database.  False when over.
+ */
+static bool
+reserve(int db, bool share)
 {
+	uint32		in_db = pg_atomic_fetch_add_u32(&shared->db_entries[db], 1);
+
+	full_in_database = share && dlock_max_locks_per_database > 0 &&
+		in_db >= (uint32) dlock_max_locks_per_database;
+	if (full_in_database)
+	{
+		pg_atomic_fetch_sub_u32(&shared->db_entries[db], 1);
+		return false;
+	}
 	if (pg_atomic_fetch_add_u32(&shared->nentries, 1) >= (uint32) dlock_max_locks)
 	{
 		pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+		pg_atomic_fetch_sub_u32(&shared->db_entries[db], 1);
 		return false;
 	}
 	return true;
 }
 
-void
-dlock_unreserve(void)
+static void
+unreserve(int db)
 {
 	pg_atomic_fetch_sub_u32(&shared->nentries, 1);
+	pg_atomic_fetch_sub_u32(&shared->db_entries[db], 1);
 }
 
-/* A new entry: no lease, no waiters.  Needs a reservation. */
+/* Counts an entry for a lease of head's name to come; false when full. */
+bool
+dlock_reserve(const DLockEntry *head)
+{
+	return reserve(head->db, true);
+}
+
+void
+dlock_unreserve(const DLockEntry *head)
+{
+	unreserve(head->db);
+}
+
+/*
+ * Whether the last reservation this backend was refused hit its database's
+ * share (dlock.max_locks_per_database) rather than the whole table.
+ */
+bool
+dlock_full_in_database(void)
+{
+	return full_in_database;
+}
+
+/*
+ * A new entry: no lease, no waiters.  Needs a reservation, counted for the
+ * database in slot db.
+ */
 static DLockEntry *
-create_entry(const DLockKey *key, uint32 hash, DLockEntry *head)
+create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 {
 	DLockEntry *entry;
 	bool		found;
@@ -322,31 +370,53 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head)
 	entry->mode = DLOCK_EXCLUSIVE;
 	entry->stale_rows = false;
 	entry->clear_rows = false;
+	entry->db = db;
 	entry->owner.len = 0;
 	entry->grant_xid = InvalidTransactionId;
 	return entry;
 }
 
-/*
- * The head entry of the name in key, created if needed.  Returns NULL when
- * the table is full.  The caller holds the partition lock exclusively.
- */
-DLockEntry *
-dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found)
+/* A name's head is created by a backend of its database. */
+static DLockEntry *
+find_or_create(const DLockKey *key, uint32 hash, bool *found, bool share)
 {
 	DLockEntry *entry;
+	int			db;
 
-	Assert(key->token == 0);
+	Assert(key->token == 0 && key->dbid == MyDatabaseId);
 	entry = hash_search_with_hash_value(lock_hash, key, hash, HASH_FIND, NULL);
 	*found = (entry != NULL);
 	if (entry != NULL)
 		return entry;
-	if (!dlock_reserve())
+	db = dlock_persist_db_index();
+	if (!reserve(db, share))
 		return NULL;
-	entry = create_entry(key, hash, NULL);
+	entry = create_entry(key, hash, NULL, db);
 	if (entry == NULL)
-		dlock_unreserve();
+		unreserve(db);
 	return entry;
+}
+
+/*
+ * The head entry of the name in key, created if needed.  Returns NULL when
+ * the table, or the database's share of it, is full.  The caller holds the
+ * partition lock exclusively.
+ */
+DLockEntry *
+dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found)
+{
+	return find_or_create(key, hash, found, true);
+}
+
+/*
+ * The same for the rebuild, which is not held to the database's share: the
+ * leases it restores were granted already, and a share lowered since must
+ * not keep the database from loading.
+ */
+DLockEntry *
+dlock_restore_head(const DLockKey *key, uint32 hash, bool *found)
+{
+	return find_or_create(key, hash, found, false);
 }
 
 /* The lease with token on the name of key (a head's key), or NULL. */
@@ -574,7 +644,7 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	if (head->token == 0)
 	{
 		if (reserved)
-			dlock_unreserve();
+			unreserve(head->db);
 		lease = head;
 	}
 	else
@@ -584,7 +654,7 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 		Assert(reserved);
 		memcpy(&key, &head->key, sizeof(DLockKey));
 		key.token = token;
-		lease = create_entry(&key, dlock_key_hash(&key), head);
+		lease = create_entry(&key, dlock_key_hash(&key), head, head->db);
 		if (lease == NULL)
 			return NULL;
 		dlist_push_tail(&head->u.h.holders, &lease->u.x.node);
@@ -624,7 +694,7 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 		return NULL;
 	if (head->token != 0 && !reserved)
 	{
-		if (!dlock_reserve())
+		if (!reserve(head->db, true))
 			return NULL;
 		own_reservation = true;
 	}
@@ -632,7 +702,7 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 	if (lease == NULL)
 	{
 		if (own_reservation)
-			dlock_unreserve();
+			unreserve(head->db);
 		return NULL;
 	}
 	lease->durable = TransactionIdIsValid(durable_xid);
@@ -658,7 +728,8 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 
 /*
  * A lease with a known token, for restoring the lease table; the caller
- * fills it in and sets its expiry.  NULL when the table is full.
+ * fills it in and sets its expiry.  NULL when the table is full (the
+ * database's share does not apply, as in dlock_restore_head).
  */
 DLockEntry *
 dlock_restore(DLockEntry *head, uint64 token)
@@ -666,11 +737,11 @@ dlock_restore(DLockEntry *head, uint64 token)
 	DLockEntry *lease;
 	bool		reserved = (head->token != 0);
 
-	if (reserved && !dlock_reserve())
+	if (reserved && !reserve(head->db, false))
 		return NULL;
 	lease = place_lease(head, token, reserved);
 	if (lease == NULL && reserved)
-		dlock_unreserve();
+		unreserve(head->db);
 	return lease;
 }
 
@@ -706,7 +777,7 @@ dlock_end_lease(DLockEntry *lease)
 	}
 	dlist_delete(&lease->u.x.node);
 	hash_search_with_hash_value(lock_hash, &lease->key, lease->hash, HASH_REMOVE, NULL);
-	dlock_unreserve();
+	unreserve(lease->db);
 }
 
 /* Removes a head that has neither leases nor waiters. */
@@ -717,7 +788,7 @@ dlock_drop_if_unused(DLockEntry *head)
 	if (head->nleases > 0 || !dlist_is_empty(&head->u.h.waiters))
 		return;
 	hash_search_with_hash_value(lock_hash, &head->key, head->hash, HASH_REMOVE, NULL);
-	dlock_unreserve();
+	unreserve(head->db);
 }
 
 /*

@@ -95,6 +95,8 @@ typedef struct DLockEntry
 								 * pins are gone (expires: when released) */
 	bool		clear_rows;		/* durable grant: its row write also deletes
 								 * the rows of the name's ended leases */
+	uint8		db;				/* slot of its database, whose entry count
+								 * includes it */
 	DLockOwner	owner;
 	TransactionId grant_xid;	/* durable: the transaction that granted it
 								 * and writes its row; until it ends, no other
@@ -137,6 +139,7 @@ extern void dlock_unlock_all_partitions(void);
 
 extern DLockEntry *dlock_find(const DLockKey *key, uint32 hash);
 extern DLockEntry *dlock_find_or_create(const DLockKey *key, uint32 hash, bool *found);
+extern DLockEntry *dlock_restore_head(const DLockKey *key, uint32 hash, bool *found);
 extern DLockEntry *dlock_find_lease(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_scan_begin(HASH_SEQ_STATUS *status);
 
@@ -165,8 +168,9 @@ extern DLockEntry *dlock_earliest(int partition);
 extern DLockEntry *dlock_first_lease(DLockEntry *head, dlist_mutable_iter *iter);
 extern DLockEntry *dlock_next_lease(DLockEntry *head, dlist_mutable_iter *iter);
 
-extern bool dlock_reserve(void);
-extern void dlock_unreserve(void);
+extern bool dlock_reserve(const DLockEntry *head);
+extern void dlock_unreserve(const DLockEntry *head);
+extern bool dlock_full_in_database(void);
 extern bool dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now);
 extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 							   int pid, int64 ttl, int64 now, DLockMode mode,

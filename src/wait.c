@@ -236,11 +236,40 @@ dequeue(DLockWaiter *w, int64 now)
 	dlist_delete(&w->node);
 	head->nwaiters--;
 	if (w->reserved)
-		dlock_unreserve();
+		dlock_unreserve(head);
 	w->reserved = false;
 	w->state = DLOCK_WAIT_NONE;
 	/* those queued behind may fit now */
 	dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+}
+
+/*
+ * Ends every wait in the database, queued or granted but not yet returned:
+ * its leases are about to be dropped (the extension or the database went
+ * away), so nothing can be granted any more.  Each waiter wakes to an
+ * error.  The caller holds every partition lock.
+ */
+void
+dlock_end_waits(Oid dbid)
+{
+	for (int i = 0; i < MaxBackends; i++)
+	{
+		DLockWaiter *w = &slots[i];
+
+		if (w->key.dbid != dbid ||
+			(w->state != DLOCK_WAIT_QUEUED && w->state != DLOCK_WAIT_GRANTED))
+			continue;
+		if (w->state == DLOCK_WAIT_QUEUED)
+		{
+			dlist_delete(&w->node);
+			w->head->nwaiters--;
+			if (w->reserved)
+				dlock_unreserve(w->head);
+			w->reserved = false;
+		}
+		w->state = DLOCK_WAIT_ENDED;
+		dlock_wake_later(w->proc);
+	}
 }
 
 /*
@@ -273,8 +302,8 @@ dlock_abandon_wait(void)
 			dlock_end_lease(lease);
 			dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 		}
-		w->state = DLOCK_WAIT_NONE;
 	}
+	w->state = DLOCK_WAIT_NONE;
 	LWLockRelease(lock);
 	dlock_wake_all();
 }
@@ -391,6 +420,7 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	bool		done = false;
 	Overdue		overdue[DLOCK_MAX_PINNERS * 4];
 	int			noverdue = 0;
+	bool		ended = false;
 
 	/* a grant to us needs a reserved token; the reservation may fail */
 	dlock_token_prefetch();
@@ -412,6 +442,11 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 		w->state = DLOCK_WAIT_NONE;
 		done = true;
 	}
+	else if (w->state == DLOCK_WAIT_ENDED)
+	{
+		w->state = DLOCK_WAIT_NONE;
+		ended = true;
+	}
 	else if (w->deadline != 0 && *now >= w->deadline)
 	{
 		dlock_count(DLOCK_STAT_TIMEOUTS);
@@ -432,6 +467,12 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	LWLockRelease(lock);
 	dlock_wake_all();
 	terminate_overdue(w, overdue, noverdue);
+	if (ended)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("wait for lock \"%.*s\" ended: the dlock extension was dropped",
+						w->key.len, w->key.name),
+				 errdetail("Every lease and wait of this database was discarded with the extension's lease table.")));
 	return done;
 }
 

@@ -20,7 +20,8 @@ typedef enum DLockWaitState
 {
 	DLOCK_WAIT_NONE,
 	DLOCK_WAIT_QUEUED,
-	DLOCK_WAIT_GRANTED
+	DLOCK_WAIT_GRANTED,
+	DLOCK_WAIT_ENDED			/* its database's leases were dropped */
 } DLockWaitState;
 
 typedef struct DLockWaiter
@@ -56,6 +57,7 @@ extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_sleep(bool holds_pins);
 extern void dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep);
+extern void dlock_end_waits(Oid dbid);
 extern DLockWaiter *dlock_waiter_slots(int *count);
 
 /*

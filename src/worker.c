@@ -248,6 +248,8 @@ dlock_sweeper_main(Datum arg)
 		if (SPI_execute(sweep, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "dlock_sweep() failed");
 	}
+	else
+		dlock_persist_forget_dead_rows();	/* or we would be sent again */
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
