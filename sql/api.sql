@@ -56,7 +56,7 @@ SELECT token = :t2 AS renewal_keeps_token FROM dlock_locks WHERE name = 'renewed
 -- Without ttl, dlock.default_ttl applies.
 SET dlock.default_ttl = '45s';
 SELECT dlock_try('defaulted') IS NOT NULL;
-SELECT expires_at - granted_at BETWEEN '44 seconds' AND '45 seconds' AS default_ttl_used
+SELECT expires_at - granted_at BETWEEN '44 seconds' AND '45.01 seconds' AS default_ttl_used
 FROM dlock_locks WHERE name = 'defaulted';
 RESET dlock.default_ttl;
 
