@@ -9,8 +9,8 @@
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
-#include "executor/spi.h"
 #include "common/int.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -22,8 +22,8 @@
 
 #include "lease.h"
 #include "persist.h"
-#include "xact.h"
 #include "wait.h"
+#include "xact.h"
 
 PG_FUNCTION_INFO_V1(dlock_preload_check);
 PG_FUNCTION_INFO_V1(dlock_owner);
@@ -138,34 +138,48 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 	return timeout;
 }
 
-static void
-check_length(int len, const char *what, int maxlen)
+/* The two text arguments with limits; whole messages, so they translate */
+typedef enum TextArg
 {
+	ARG_NAME,
+	ARG_OWNER
+} TextArg;
+
+static void
+check_length(int len, TextArg what)
+{
+	int			maxlen = what == ARG_OWNER ? DLOCK_OWNER_MAX : DLOCK_NAME_MAX;
+
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
+				 what == ARG_OWNER ?
+				 errmsg("owner must not be empty") :
+				 errmsg("lock name must not be empty")));
 	if (len > maxlen)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is too long", what),
+				 what == ARG_OWNER ?
+				 errmsg("owner is too long") :
+				 errmsg("lock name is too long"),
 				 errdetail("It has %d bytes; the limit is %d.", len, maxlen)));
 }
 
 static void
-text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen,
-		 char **data, int *len)
+text_arg(FunctionCallInfo fcinfo, int argno, TextArg what, char **data, int *len)
 {
 	text	   *t;
 
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what)));
+				 what == ARG_OWNER ?
+				 errmsg("owner must not be null") :
+				 errmsg("lock name must not be null")));
 	t = PG_GETARG_TEXT_PP(argno);
 	*len = VARSIZE_ANY_EXHDR(t);
 	*data = VARDATA_ANY(t);
-	check_length(*len, what, maxlen);
+	check_length(*len, what);
 }
 
 /* The owner argument, into the request */
@@ -175,7 +189,7 @@ owner_arg(FunctionCallInfo fcinfo, int argno, DLockRequest *req)
 	char	   *data;
 	int			len;
 
-	text_arg(fcinfo, argno, "owner", DLOCK_OWNER_MAX, &data, &len);
+	text_arg(fcinfo, argno, ARG_OWNER, &data, &len);
 	req->owner.len = len;
 	memcpy(req->owner.str, data, len);
 }
@@ -253,7 +267,7 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 	check_primary();
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 
-	text_arg(fcinfo, name_argno, "lock name", DLOCK_NAME_MAX, &data, &len);
+	text_arg(fcinfo, name_argno, ARG_NAME, &data, &len);
 	set_name(req, data, len);
 
 	owner_arg(fcinfo, owner_argno, req);
@@ -381,7 +395,7 @@ names_arg(FunctionCallInfo fcinfo, int *count)
 		names[i].data = VARDATA_ANY(t);
 		names[i].len = VARSIZE_ANY_EXHDR(t);
 		names[i].token = 0;
-		check_length(names[i].len, "lock name", DLOCK_NAME_MAX);
+		check_length(names[i].len, ARG_NAME);
 	}
 	qsort(names, *count, sizeof(NameArg), name_cmp);
 	return names;
@@ -779,7 +793,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot change dlock leases during recovery")));
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
-	text_arg(fcinfo, 0, "lock name", DLOCK_NAME_MAX, &name, &len);
+	text_arg(fcinfo, 0, ARG_NAME, &name, &len);
 	memset(&req, 0, sizeof(req));
 	set_name(&req, name, len);
 	req.roleid = GetUserId();
@@ -875,7 +889,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 
 	check_writable();
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
-	text_arg(fcinfo, 0, "lock name", DLOCK_NAME_MAX, &name, &len);
+	text_arg(fcinfo, 0, ARG_NAME, &name, &len);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -29,6 +29,7 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/condition_variable.h"
 #include "storage/fd.h"
 #include "storage/lmgr.h"
@@ -43,8 +44,6 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
-
-#include "port/atomics.h"
 
 #include "persist.h"
 #include "wait.h"
@@ -434,7 +433,7 @@ claim_db_slot(void)
 	}
 	SpinLockRelease(&dbs->mutex);
 	ereport(ERROR,
-			(errcode(ERRCODE_OUT_OF_MEMORY),
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("dlock is in use in too many databases"),
 			 errdetail("At most %d databases of a cluster can use dlock at once.",
 					   DLOCK_MAX_DATABASES)));

@@ -12,8 +12,8 @@
  */
 #include "postgres.h"
 
-#include "executor/spi.h"
 #include "access/xact.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -97,6 +97,8 @@ dlock_worker_expiry_moved(int64 free_at)
 {
 	uint64		wake_at = pg_atomic_read_u64(&state->wake_at);
 
+	if (wake_at == WAKE_NEVER)
+		return;					/* disabled (or not running): nothing to time */
 	if (wake_at == WAKE_AWAKE)
 		dlock_worker_wake();
 	else if (wake_at == WAKE_IDLE || (uint64) free_at < wake_at)

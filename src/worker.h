@@ -6,8 +6,6 @@
 #ifndef DLOCK_WORKER_H
 #define DLOCK_WORKER_H
 
-#include "postgres.h"
-
 extern void dlock_worker_register(void);
 extern Size dlock_worker_shmem_size(void);
 extern void dlock_worker_shmem_init(void *base, bool found);

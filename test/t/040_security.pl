@@ -475,7 +475,7 @@ for my $i (1 .. 70)
 	$ndb = $i;
 	last if $limit_state ne 'ok';
 }
-is($limit_state, '53200', "database " . ($used + $ndb) . " fails with 53200") or diag($limit_msg);
+is($limit_state, '53400', "database " . ($used + $ndb) . " fails with 53400 (configuration_limit_exceeded)") or diag($limit_msg);
 like($limit_msg, qr/too many databases/, '... saying so');
 is($used + $ndb, 65, 'the 65th database is the first refused');
 is(value_as('postgres', 'app1', q{SELECT dlock_try('still', '1 s', 'o') IS NOT NULL}), 't',
