@@ -10,9 +10,9 @@
  *
  * "run" connects with libpq, takes the lease (dlock_acquire or dlock_try),
  * starts COMMAND in a process group of its own and renews the lease every
- * third of its TTL.  When the command exits, every process left in its group
- * is terminated, the lease is released and dlock exits with the command's
- * status.
+ * third of its TTL.  When the command exits, every process it started that
+ * is still running is terminated, the lease is released once they are gone,
+ * and dlock exits with the command's status.
  *
  * The lease must never outlive its holder's knowledge of it, so dlock keeps
  * a conservative local deadline: the monotonic time at which the last
@@ -20,7 +20,8 @@
  * its expiry after that moment, so the lease lasts at least until then.
  *
  *	- A renewal that returns NULL means the lease is gone (forced release,
- *	  expiry): the group gets SIGTERM at once and SIGKILL --grace later.
+ *	  expiry): the group (and every process that left it, see below) gets
+ *	  SIGTERM at once and SIGKILL --grace later.
  *	- A renewal that fails (connection lost, server restarting, error) is
  *	  retried with a short backoff, reconnecting as needed, because a lease
  *	  belongs to an owner string, not to a connection.  If no renewal has
@@ -32,13 +33,25 @@
  * on a self-pipe, and every libpq call is asynchronous with a deadline, so a
  * hung server or network can never delay the kill.  Signals sent to dlock
  * (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to the command's group.
- * On Linux dlock is a child subreaper, so orphaned members of the group are
- * reparented to dlock and reaped by it, and the command's leader is killed
- * if dlock itself dies.
+ *
+ * On Linux dlock is a child subreaper: every orphan among the command's
+ * descendants is reparented to dlock, so no descendant leaves dlock's tree
+ * of processes except by dying, whatever group or session it moves to
+ * (setsid, setpgid, daemons).  When the lease is lost or the command ends,
+ * dlock therefore signals every descendant it finds in /proc, not only the
+ * group, and it releases the lease only once it has no child left, that is,
+ * once every descendant is gone.  The command's leader is killed if dlock
+ * itself dies.
+ *
+ * The SQL names the extension's objects with its schema, found once on the
+ * first connection, and the built-in ones with pg_catalog, so the server's
+ * search_path does not matter (setting search_path instead would not survive
+ * PgBouncer's transaction pooling).
  *
  * Copyright: the dlock authors; same licence as the extension.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -59,6 +72,7 @@
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 
 #include <libpq-fe.h>
@@ -81,16 +95,18 @@
 #define DEFAULT_TTL_MS		30000
 #define DEFAULT_GRACE_MS	5000
 #define MIN_TTL_MS			1000
-#define MAX_TTL_MS			(7 * 86400 * (int64_t) 1000)
+#define MAX_TTL_MS			(7 * 86400 * (int64_t) 1000)	/* the server's limit */
+#define MAX_DURATION_MS		MAX_TTL_MS	/* of any DUR argument */
 #define MAX_MARGIN_MS		1000	/* safety margin: min(this, ttl / 10) */
 #define DEFAULT_CONNECT_MS	30000	/* when connect_timeout is not set */
 #define RECONNECT_WINDOW_MS	10000	/* while waiting: how long to retry */
 #define RELEASE_WINDOW_MS	5000	/* at exit: how long to try to release */
 #define BACKOFF_MIN_MS		100
 #define BACKOFF_MAX_MS		1000
-#define GROUP_POLL_MS		20		/* polling for the group's last members */
+#define GROUP_POLL_MS		20		/* polling for the last descendants */
 #define KILL_WAIT_MS		5000	/* after SIGKILL: how long to wait */
 #define MAX_OWNER_LEN		128
+#define MAX_SENT_PIDS		32		/* backends that got our acquire calls */
 
 typedef int64_t ms_t;
 
@@ -112,6 +128,9 @@ static bool verbose = false;
 
 /* the connection; NULL when there is none */
 static PGconn *conn = NULL;
+
+/* whether the extension's schema is known (and the queries built) */
+static bool have_schema = false;
 
 /* last connection or query error, for messages */
 static char last_error[1024];
@@ -200,9 +219,11 @@ min_ms(ms_t a, ms_t b)
 
 /*
  * Parses a duration: a non-negative decimal number with an optional unit
- * (ms, s, m, h, d and their long forms; seconds by default).
+ * (ms, s, m, h, d and their long forms; seconds by default).  Returns 1 and
+ * sets *out, 0 if s is not a duration, -1 if it is longer than
+ * MAX_DURATION_MS.
  */
-static bool
+static int
 parse_duration(const char *s, ms_t *out)
 {
 	static const struct
@@ -223,26 +244,27 @@ parse_duration(const char *s, ms_t *out)
 	double		v;
 
 	if (!isdigit((unsigned char) s[0]) && s[0] != '.')
-		return false;
+		return 0;
 	errno = 0;
 	v = strtod(s, &end);
-	if (end == s || errno != 0 || !isfinite(v) || v < 0)
-		return false;
+	if (end == s || (errno != 0 && errno != ERANGE) || isnan(v) || v < 0)
+		return 0;
 	while (*end == ' ')
 		end++;
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
 	{
 		if (strcmp(end, units[i].unit) == 0)
 		{
-			double		ms = v * units[i].ms;
+			/* rounded to whole ms before the check: 7d + 0.4ms is 7 days */
+			double		ms = v * units[i].ms + 0.5;
 
-			if (ms > (double) MAX_TTL_MS * 1000)
-				return false;
-			*out = (ms_t) (ms + 0.5);
-			return true;
+			if (!isfinite(ms) || ms >= (double) MAX_DURATION_MS + 1)
+				return -1;
+			*out = (ms_t) ms;	/* ms >= 0.5: truncation rounds */
+			return 1;
 		}
 	}
-	return false;
+	return 0;
 }
 
 /* Formats a duration for messages: "1.5 s", "250 ms". */
@@ -423,15 +445,24 @@ static ms_t margin_ms;
 static ms_t lease_end;			/* conservative end of the lease (monotonic) */
 static bool lost = false;		/* the lease is gone, or could not be kept */
 
-/* the command's process group (its leader's pid is the group id) */
+/*
+ * The command: its leader's pid is also its process group's id.  As the
+ * subreaper, dlock knows that the command and everything it started are gone
+ * when it has no child left; otherwise (not Linux, or prctl failed) it can
+ * only wait for the group to be empty.
+ */
 static pid_t child_pid = 0;
+static bool subreaper = false;
 static bool leader_reaped = false;
 static int	leader_status = 0;
-static bool group_gone = false;
-static ms_t term_at = 0;		/* when SIGTERM went to the group, 0: not yet */
+static bool no_children = false;	/* waitpid() said ECHILD */
+static bool all_gone = false;	/* the command and its descendants are gone */
+static bool survivors = false;	/* some survived SIGKILL; we stopped waiting */
+static ms_t term_at = 0;		/* when SIGTERM was sent, 0: not yet */
 static ms_t kill_at = 0;		/* when SIGKILL is due */
 static bool killed = false;
 static ms_t killed_at = 0;
+static ms_t next_kill_at = 0;	/* after SIGKILL: the next round of it */
 static ms_t lost_at = 0;		/* when the lease was found lost */
 
 /* the moment the command must get SIGTERM if no renewal succeeds before */
@@ -441,14 +472,213 @@ term_deadline(void)
 	return lease_end - margin_ms - grace_ms;
 }
 
-/* Sends SIGTERM to the group (once), and schedules SIGKILL. */
+#ifdef __linux__
+/* A process listed in /proc, and whether it descends from dlock. */
+typedef struct
+{
+	pid_t		pid;
+	pid_t		ppid;
+	pid_t		pgrp;
+	bool		ours;
+} ProcInfo;
+
+static ProcInfo *procs = NULL;	/* the last scan, sorted by pid */
+static size_t nprocs = 0;
+static size_t procs_size = 0;
+
+/*
+ * Reads the parent and the process group of a process from its "stat" file
+ * (path, relative to dirfd).  Returns false if the process is gone.
+ */
+static bool
+read_stat(int dirfd, const char *path, pid_t *ppid, pid_t *pgrp)
+{
+	char		buf[256];
+	char	   *p;
+	ssize_t		n;
+	int			fd;
+	int			pp;
+	int			pg;
+
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* "pid (comm) state ppid pgrp ...", where comm may hold ')' and spaces */
+	p = strrchr(buf, ')');
+	if (p == NULL || sscanf(p + 1, " %*c %d %d", &pp, &pg) != 2)
+		return false;
+	*ppid = (pid_t) pp;
+	*pgrp = (pid_t) pg;
+	return true;
+}
+
+static int
+compare_procs(const void *a, const void *b)
+{
+	pid_t		pa = ((const ProcInfo *) a)->pid;
+	pid_t		pb = ((const ProcInfo *) b)->pid;
+
+	return pa < pb ? -1 : pa > pb;
+}
+
+/* Whether pid is dlock or, by the last scan, one of its descendants. */
+static bool
+is_ours(pid_t pid)
+{
+	ProcInfo	key;
+	ProcInfo   *p;
+
+	if (pid == getpid())
+		return true;
+	key.pid = pid;
+	p = bsearch(&key, procs, nprocs, sizeof(ProcInfo), compare_procs);
+	return p != NULL && p->ours;
+}
+
+/*
+ * Lists the processes of /proc and marks dlock's descendants, those whose
+ * chain of parents leads to dlock.  Returns false if /proc cannot be read.
+ */
+static bool
+scan_processes(void)
+{
+	DIR		   *dir = opendir("/proc");
+	struct dirent *de;
+	bool		changed;
+
+	nprocs = 0;
+	if (dir == NULL)
+		return false;
+	while ((de = readdir(dir)) != NULL)
+	{
+		char		path[sizeof(de->d_name) + 8];
+		ProcInfo	p;
+
+		if (!isdigit((unsigned char) de->d_name[0]))
+			continue;
+		p.pid = (pid_t) strtol(de->d_name, NULL, 10);
+		p.ours = false;
+		snprintf(path, sizeof(path), "%s/stat", de->d_name);
+		if (!read_stat(dirfd(dir), path, &p.ppid, &p.pgrp))
+			continue;			/* gone meanwhile */
+		if (nprocs == procs_size)
+		{
+			size_t		size = procs_size ? procs_size * 2 : 512;
+			ProcInfo   *bigger = realloc(procs, size * sizeof(ProcInfo));
+
+			if (bigger == NULL)
+			{
+				closedir(dir);
+				nprocs = 0;
+				return false;
+			}
+			procs = bigger;
+			procs_size = size;
+		}
+		procs[nprocs++] = p;
+	}
+	closedir(dir);
+	qsort(procs, nprocs, sizeof(ProcInfo), compare_procs);
+	/* one pass marks at least one more generation */
+	do
+	{
+		changed = false;
+		for (size_t i = 0; i < nprocs; i++)
+		{
+			if (!procs[i].ours && procs[i].pid > 1 && is_ours(procs[i].ppid))
+			{
+				procs[i].ours = true;
+				changed = true;
+			}
+		}
+	} while (changed);
+	return true;
+}
+
+/*
+ * Sends sig to a descendant found by the last scan.  The process is named by
+ * a descriptor of its /proc directory, which stays bound to that process
+ * even if its pid is reused, and its parent is read again through it, so a
+ * pid that has passed to another process meanwhile is never signalled.
+ */
 static void
-terminate_group(ms_t kill_deadline, const char *why)
+signal_process(pid_t pid, int sig)
+{
+	char		path[32];
+	pid_t		ppid;
+	pid_t		pgrp;
+	int			fd;
+
+	snprintf(path, sizeof(path), "/proc/%d", (int) pid);
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;					/* gone */
+	if (read_stat(fd, "stat", &ppid, &pgrp) && is_ours(ppid))
+	{
+#ifdef SYS_pidfd_send_signal
+		if (syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0) != 0 && errno == ENOSYS)
+			kill(pid, sig);		/* Linux before 5.1 */
+#else
+		kill(pid, sig);
+#endif
+	}
+	close(fd);
+}
+#endif							/* __linux__ */
+
+/*
+ * Sends sig to the command's process group and, on Linux, to every other
+ * descendant of dlock, whatever its group or session; with sig, SIGCONT
+ * too, unless sig is SIGKILL, so that stopped processes see it.  The group
+ * is signalled as a whole only while its leader is not reaped: its id
+ * cannot be reused before that.  Returns how many processes outside the
+ * group were signalled, or -1 if /proc cannot be read.
+ */
+static int
+signal_all(int sig)
+{
+	bool		cont = sig != SIGKILL;
+	bool		whole_group = !leader_reaped || !subreaper;
+	int			others = 0;
+
+	if (whole_group)
+	{
+		kill(-child_pid, sig);
+		if (cont)
+			kill(-child_pid, SIGCONT);
+	}
+#ifdef __linux__
+	if (!scan_processes())
+		return -1;
+	for (size_t i = 0; i < nprocs; i++)
+	{
+		if (!procs[i].ours || (whole_group && procs[i].pgrp == child_pid))
+			continue;
+		signal_process(procs[i].pid, sig);
+		if (cont)
+			signal_process(procs[i].pid, SIGCONT);
+		if (procs[i].pgrp != child_pid)
+			others++;
+	}
+#endif
+	return others;
+}
+
+/* Sends SIGTERM to the command and its descendants (once), schedules SIGKILL. */
+static void
+terminate_all(ms_t kill_deadline, const char *why)
 {
 	ms_t		now = now_ms();
 	char		b[32];
+	char		others[96] = "";
+	int			n;
 
-	if (child_pid <= 0 || group_gone)
+	if (child_pid <= 0 || all_gone)
 		return;
 	if (term_at != 0)
 	{
@@ -456,15 +686,20 @@ terminate_group(ms_t kill_deadline, const char *why)
 			kill_at = kill_deadline;
 		return;
 	}
-	msg("%s: sending SIGTERM to the command's process group %d (SIGKILL in %s)",
-		why, (int) child_pid, fmt_ms(kill_deadline - now > 0 ? kill_deadline - now : 0, b, sizeof(b)));
-	kill(-child_pid, SIGTERM);
-	kill(-child_pid, SIGCONT);	/* stopped members must see the SIGTERM */
+	n = signal_all(SIGTERM);
+	if (n > 0)
+		snprintf(others, sizeof(others), " and to %d process%s that left it", n,
+				 n == 1 ? "" : "es");
+	else if (n < 0)
+		snprintf(others, sizeof(others), " (cannot read /proc: processes that left it are not found)");
+	msg("%s: sent SIGTERM to the command's process group %d%s (SIGKILL in %s)",
+		why, (int) child_pid, others,
+		fmt_ms(kill_deadline - now > 0 ? kill_deadline - now : 0, b, sizeof(b)));
 	term_at = now;
 	kill_at = kill_deadline;
 }
 
-/* The lease is gone, or cannot be kept: terminate the group. */
+/* The lease is gone, or cannot be kept: terminate the command. */
 static void
 declare_lost(ms_t kill_deadline, const char *why)
 {
@@ -472,7 +707,7 @@ declare_lost(ms_t kill_deadline, const char *why)
 		return;
 	lost = true;
 	lost_at = now_ms();
-	terminate_group(kill_deadline, why);
+	terminate_all(kill_deadline, why);
 }
 
 static void
@@ -483,6 +718,8 @@ reap(void)
 		int			status;
 		pid_t		pid = waitpid(-1, &status, WNOHANG);
 
+		if (pid < 0 && errno == ECHILD)
+			no_children = true;
 		if (pid <= 0)
 			break;
 		if (pid == child_pid)
@@ -494,8 +731,22 @@ reap(void)
 			else if (WIFSIGNALED(status))
 				vmsg("the command was killed by signal %d", WTERMSIG(status));
 		}
-		/* other pids: orphaned members of the group, reparented to us */
+		/* other pids: orphaned descendants, reparented to us */
 	}
+}
+
+/*
+ * Whether the command and everything it started are gone: as the
+ * subreaper, when dlock has no child left (an orphan becomes our child, so
+ * a descendant can leave our tree only by dying); otherwise when the group
+ * is empty.
+ */
+static bool
+descendants_gone(void)
+{
+	if (subreaper)
+		return no_children;
+	return kill(-child_pid, 0) != 0 && errno == ESRCH;
 }
 
 static void
@@ -503,7 +754,7 @@ handle_signal(int sig)
 {
 	if (sig == SIGCHLD)
 		return;
-	if (child_pid > 0 && !group_gone)
+	if (child_pid > 0 && !leader_reaped)
 	{
 		vmsg("forwarding %s to process group %d", signame(sig), (int) child_pid);
 		kill(-child_pid, sig);
@@ -530,7 +781,7 @@ service(void)
 	if (child_pid <= 0)
 		return;
 	reap();
-	if (group_gone)
+	if (all_gone)
 		return;
 
 	now = now_ms();
@@ -545,34 +796,43 @@ service(void)
 	}
 	if (term_at != 0 && !killed && now >= kill_at)
 	{
-		msg("sending SIGKILL to process group %d", (int) child_pid);
-		kill(-child_pid, SIGKILL);
+		msg("sending SIGKILL to process group %d and to every process the command started",
+			(int) child_pid);
+		signal_all(SIGKILL);
 		killed = true;
 		killed_at = now;
+		next_kill_at = now + GROUP_POLL_MS;
+	}
+	else if (killed && now >= next_kill_at && !descendants_gone())
+	{
+		/* processes forked while the last round was sent */
+		signal_all(SIGKILL);
+		next_kill_at = now + GROUP_POLL_MS;
 	}
 	if (leader_reaped)
 	{
-		if (kill(-child_pid, 0) != 0 && errno == ESRCH)
+		if (descendants_gone())
 		{
-			group_gone = true;
+			all_gone = true;
 			if (lost)
 			{
 				char		b[32];
 
-				msg("process group %d is gone, %s after the lease was lost",
-					(int) child_pid, fmt_ms(now - lost_at, b, sizeof(b)));
+				msg("the command and every process it started are gone, %s after the lease was lost",
+					fmt_ms(now - lost_at, b, sizeof(b)));
 			}
 			else
-				vmsg("process group %d is gone", (int) child_pid);
+				vmsg("the command and every process it started are gone");
 		}
 		else if (term_at == 0)
-			terminate_group(now + grace_ms,
-							"the command exited but processes of its group remain");
+			terminate_all(now + grace_ms,
+						  "the command exited but processes it started remain");
 		else if (killed && now >= killed_at + KILL_WAIT_MS)
 		{
-			msg("processes of group %d survived SIGKILL for %d ms; not waiting for them",
-				(int) child_pid, KILL_WAIT_MS);
-			group_gone = true;
+			msg("processes the command started survived SIGKILL for %d ms; not waiting for them",
+				KILL_WAIT_MS);
+			all_gone = true;
+			survivors = true;
 		}
 	}
 }
@@ -583,13 +843,16 @@ next_timer(void)
 {
 	ms_t		t = NEVER;
 
-	if (child_pid <= 0 || group_gone)
+	if (child_pid <= 0 || all_gone)
 		return t;
 	if (phase == PH_RUN && !lost)
 		t = min_ms(t, term_deadline());
 	if (term_at != 0 && !killed)
 		t = min_ms(t, kill_at);
-	if (leader_reaped)
+	if (killed)
+		t = min_ms(t, min_ms(next_kill_at, killed_at + KILL_WAIT_MS));
+	/* as the subreaper, SIGCHLD tells when the last child is gone */
+	if (leader_reaped && !subreaper)
 		t = min_ms(t, now_ms() + GROUP_POLL_MS);
 	return t;
 }
@@ -603,7 +866,7 @@ io_abandoned(void)
 		case PH_ACQUIRE:
 			return got_signal != 0;
 		case PH_RUN:
-			return lost || group_gone;
+			return lost || all_gone;
 		case PH_FINISH:
 			return false;
 	}
@@ -727,10 +990,14 @@ connect_timeout_ms(PGconn *c)
 	return result;
 }
 
+static bool find_schema(ms_t deadline);
+
 /*
  * Connects (asynchronously, so signals and kill deadlines are served while
  * it runs).  deadline 0: connect_timeout or DEFAULT_CONNECT_MS from now.
- * Sets conn; returns false and sets last_error on failure.
+ * The first connection also finds the extension's schema (and exits if it
+ * is not installed).  Sets conn; returns false and sets last_error on
+ * failure.
  */
 static bool
 connect_db(ms_t deadline)
@@ -806,6 +1073,8 @@ connect_db(ms_t deadline)
 		close_conn();
 		return false;
 	}
+	if (!have_schema && !find_schema(deadline))
+		return false;
 	return true;
 }
 
@@ -926,19 +1195,141 @@ is_argument_error(PGresult *res)
 	return state != NULL && strncmp(state, "22", 2) == 0;
 }
 
-/* ---------------------------------------------------------------- run */
+/* ---------------------------------------------------------------- the SQL */
 
-static const char *const sql_try =
-"SELECT dlock_try($1, $2::interval, $3, $4, $5::integer)";
-static const char *const sql_acquire =
-"SELECT dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)";
-static const char *const sql_renew =
-"SELECT dlock_renew($1, $2::interval, $3)";
-static const char *const sql_release =
-"SELECT dlock_release($1, $2, $3::bigint)";
-static const char *const sql_holder =
-"SELECT owner, token, round(extract(epoch FROM expires_at - clock_timestamp())::numeric, 1), "
-"waiters FROM dlock_locks WHERE name = $1";
+/*
+ * The SQL does not depend on the server's search_path: the extension's
+ * objects are named with its schema, built-in functions, operators and the
+ * type text with pg_catalog (the other type names used are keywords, which
+ * always mean pg_catalog's types).
+ */
+#define OP(o) " OPERATOR(pg_catalog." o ") "
+
+/* the extension's schema, quoted as an identifier */
+static const char *const sql_schema =
+"SELECT pg_catalog.quote_ident(n.nspname)"
+" FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n"
+" ON n.oid" OP("=") "e.extnamespace WHERE e.extname" OP("=") "'dlock'";
+
+enum
+{
+	SQL_TRY,
+	SQL_ACQUIRE,
+	SQL_RENEW,
+	SQL_RELEASE,
+	SQL_HOLDER,
+	SQL_STATUS,
+	SQL_BACKENDS_LEFT,
+	SQL_GRANTED_TO,
+	NUM_SQL
+};
+
+/* @ stands for the extension's schema */
+static const char *const sql_templates[NUM_SQL] = {
+	[SQL_TRY] =
+	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer)",
+	[SQL_ACQUIRE] =
+	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)",
+	[SQL_RENEW] =
+	"SELECT @.dlock_renew($1, $2::interval, $3)",
+	[SQL_RELEASE] =
+	"SELECT @.dlock_release($1, $2, $3::bigint)",
+	[SQL_HOLDER] =
+	"SELECT owner, token, pg_catalog.round(EXTRACT(epoch FROM expires_at" OP("-")
+	"pg_catalog.clock_timestamp())::numeric, 1), waiters"
+	" FROM @.dlock_locks WHERE name" OP("=") "$1",
+	[SQL_STATUS] =
+	"SELECT name, state, owner, token, pid, since, expires, remaining FROM ("
+	" SELECT name, 0 AS pos,"
+	"  'holder'" OP("||") "CASE WHEN mode" OP("=") "'shared' THEN ' (shared)'"
+	"  WHEN permits IS NOT NULL THEN ' (of '" OP("||") "permits" OP("||") "')'"
+	"  ELSE '' END AS state,"
+	"  owner, token::pg_catalog.text AS token, pid::pg_catalog.text AS pid,"
+	"  pg_catalog.to_char(granted_at, 'YYYY-MM-DD HH24:MI:SS') AS since,"
+	"  pg_catalog.to_char(expires_at, 'YYYY-MM-DD HH24:MI:SS') AS expires,"
+	"  pg_catalog.round(EXTRACT(epoch FROM expires_at" OP("-") "pg_catalog.clock_timestamp())"
+	"   ::numeric, 1)::pg_catalog.text" OP("||") "'s' AS remaining"
+	" FROM @.dlock_locks WHERE $1::pg_catalog.text IS NULL OR name" OP("=") "$1"
+	" UNION ALL"
+	" SELECT name, queue_position,"
+	"  'waiting '" OP("||") "queue_position"
+	"  " OP("||") "CASE WHEN mode" OP("=") "'shared' THEN ' (shared)' ELSE '' END,"
+	"  owner, NULL, pid::pg_catalog.text,"
+	"  pg_catalog.to_char(waiting_since, 'YYYY-MM-DD HH24:MI:SS'),"
+	"  pg_catalog.to_char(deadline, 'YYYY-MM-DD HH24:MI:SS'),"
+	"  pg_catalog.round(EXTRACT(epoch FROM deadline" OP("-") "pg_catalog.clock_timestamp())"
+	"   ::numeric, 1)::pg_catalog.text" OP("||") "'s'"
+	" FROM @.dlock_waiters WHERE $1::pg_catalog.text IS NULL OR name" OP("=") "$1"
+	") s ORDER BY name, pos, pg_catalog.length(token), token",
+	/* how many of the backends in $1 still run */
+	[SQL_BACKENDS_LEFT] =
+	"SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity"
+	" WHERE pid" OP("=") "ANY ($1::integer[])",
+	/* the lease on $1 of owner $2 that one of the backends in $3 took */
+	[SQL_GRANTED_TO] =
+	"SELECT token FROM @.dlock_locks"
+	" WHERE name" OP("=") "$1 AND owner" OP("=") "$2 AND pid" OP("=") "ANY ($3::integer[])",
+};
+
+/* the queries, once the schema is known */
+static char *queries[NUM_SQL];
+
+/*
+ * Finds the extension's schema on a new connection (once) and fills in
+ * queries[].  Returns false if the connection failed (closed, last_error
+ * set); exits if the extension is not installed.
+ */
+static bool
+find_schema(ms_t deadline)
+{
+	PGresult   *res;
+	const char *schema;
+
+	if (run_query(sql_schema, 0, NULL, deadline, &res) != Q_OK)
+		return false;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		msg("cannot look up the dlock extension: %s", last_error);
+		exit(EXIT_SERVER);
+	}
+	if (PQntuples(res) != 1)
+	{
+		msg("the dlock extension is not installed in database \"%s\" (CREATE EXTENSION dlock)",
+			PQdb(conn));
+		exit(EXIT_SERVER);
+	}
+	schema = PQgetvalue(res, 0, 0);
+	for (int i = 0; i < NUM_SQL; i++)
+	{
+		const char *t = sql_templates[i];
+		size_t		len = strlen(t) + 1;
+		char	   *out;
+
+		for (const char *c = t; *c; c++)
+			if (*c == '@')
+				len += strlen(schema);
+		queries[i] = out = malloc(len);
+		if (out == NULL)
+		{
+			msg("out of memory");
+			exit(EXIT_OSERR);
+		}
+		for (const char *c = t; *c; c++)
+		{
+			if (*c == '@')
+				out = stpcpy(out, schema);
+			else
+				*out++ = *c;
+		}
+		*out = '\0';
+	}
+	vmsg("the dlock extension is in schema %s", schema);
+	PQclear(res);
+	have_schema = true;
+	return true;
+}
+
+/* ---------------------------------------------------------------- run */
 
 /* Tells who holds a busy name (best effort, for the message). */
 static void
@@ -949,7 +1340,7 @@ report_holder(const char *name, ms_t deadline)
 
 	if (conn == NULL)
 		return;
-	if (run_query(sql_holder, 1, vals, deadline, &res) != Q_OK)
+	if (run_query(queries[SQL_HOLDER], 1, vals, deadline, &res) != Q_OK)
 		return;
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		msg("%s is held by %s (token %s, ends in %s s, %s waiting)", name,
@@ -993,7 +1384,7 @@ renew_once(ms_t deadline)
 	vals[1] = ttl_text;
 	vals[2] = lease_owner;
 	sent = now_ms();
-	qs = run_query(sql_renew, 3, vals, deadline, &res);
+	qs = run_query(queries[SQL_RENEW], 3, vals, deadline, &res);
 	if (qs == Q_ABANDONED)
 		return RENEW_ABANDONED;
 	if (qs != Q_OK)
@@ -1013,11 +1404,10 @@ renew_once(ms_t deadline)
 }
 
 /*
- * Releases the lease: best effort, retried with reconnects for at most
- * RELEASE_WINDOW_MS, and never after the lease has surely ended.  token NULL
- * releases whatever lease the owner holds on the name.  Returns 1 if
- * released, 0 if the server says there was nothing to release, -1 if it
- * could not be asked.
+ * Releases the lease with this token (never another lease of the owner):
+ * best effort, retried with reconnects for at most RELEASE_WINDOW_MS, and
+ * never after the lease has surely ended.  Returns 1 if released, 0 if the
+ * server says there was nothing to release, -1 if it could not be asked.
  */
 static int
 release_lease(const char *token)
@@ -1037,7 +1427,7 @@ release_lease(const char *token)
 
 		if (conn != NULL || connect_db(deadline))
 		{
-			if (run_query(sql_release, 3, vals, deadline, &res) == Q_OK)
+			if (run_query(queries[SQL_RELEASE], 3, vals, deadline, &res) == Q_OK)
 			{
 				int			result = -1;
 
@@ -1061,7 +1451,104 @@ release_lease(const char *token)
 	}
 }
 
-/* Exits after an interrupted wait: releases whatever may have been granted. */
+/*
+ * The backends that were sent a dlock_acquire or dlock_try of ours, whose
+ * answer we may not have read.  Each connection sends one at a time, and
+ * retries end after RECONNECT_WINDOW_MS, so a few slots are enough.
+ */
+static int	sent_pids[MAX_SENT_PIDS];
+static int	nsent_pids = 0;
+
+static void
+note_backend(int pid)
+{
+	for (int i = 0; i < nsent_pids; i++)
+		if (sent_pids[i] == pid)
+			return;
+	if (nsent_pids < MAX_SENT_PIDS)
+		sent_pids[nsent_pids++] = pid;
+}
+
+/*
+ * After an interrupted wait: releases the lease the server may have granted
+ * to one of our calls just before we stopped reading its answer.  That lease
+ * is the one on our name and owner whose pid is one of those backends
+ * (dlock_locks.pid is the backend that took it).  Such a backend ends as
+ * soon as it sees our connection closed: a waiter leaves the queue (and
+ * gives back a grant it got meanwhile), a granted call returns and finds no
+ * client.  Once those backends are gone nothing more can be granted to
+ * them, so wait for that, then release by token.  A lease of the same owner
+ * that was taken elsewhere (another process, "dlock try") is left alone.
+ */
+static void
+release_unseen_grant(void)
+{
+	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
+	char		pids[MAX_SENT_PIDS * 12 + 3];
+	char	   *p = pids;
+	const char *vals[3];
+	PGresult   *res;
+	char		token[32];
+
+	*p++ = '{';
+	for (int i = 0; i < nsent_pids; i++)
+		p += sprintf(p, "%s%d", i > 0 ? "," : "", sent_pids[i]);
+	*p++ = '}';
+	*p = '\0';
+
+	for (;;)
+	{
+		bool		running;
+
+		if (conn == NULL && !connect_db(deadline))
+			goto failed;
+		vals[0] = pids;
+		if (run_query(queries[SQL_BACKENDS_LEFT], 1, vals, deadline, &res) != Q_OK)
+			goto failed;
+		running = PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+			strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+		PQclear(res);
+		if (!running)
+			break;
+		if (now_ms() + GROUP_POLL_MS >= deadline)
+		{
+			vmsg("backends %s still run; looking for a grant to them anyway", pids);
+			break;
+		}
+		{
+			ms_t		until = now_ms() + GROUP_POLL_MS;
+
+			while (now_ms() < until)
+				sleep_until(until);
+		}
+	}
+	vals[0] = lease_name;
+	vals[1] = lease_owner;
+	vals[2] = pids;
+	if (run_query(queries[SQL_GRANTED_TO], 3, vals, deadline, &res) != Q_OK)
+		goto failed;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) == 0)
+	{
+		PQclear(res);
+		return;					/* nothing was granted to us */
+	}
+	snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	vmsg("releasing the lease granted as the wait was interrupted (token %s)", token);
+	if (release_lease(token) < 0)
+		goto failed;
+	return;
+
+failed:
+	msg("cannot release what may have been granted on %s (%s); it ends by itself within its TTL",
+		lease_name, last_error);
+}
+
+/*
+ * Exits after an interrupted wait.  Releases the lease we took: by its
+ * token if we read it, else the one granted to our backends, if any; never
+ * another lease of the same owner.
+ */
 static void
 exit_interrupted(void)
 {
@@ -1071,7 +1558,14 @@ exit_interrupted(void)
 		signame(sig), lease_name);
 	phase = PH_FINISH;
 	close_conn();
-	release_lease(NULL);
+	if (lease_token[0] != '\0')
+	{
+		if (release_lease(lease_token) < 0)
+			msg("cannot release %s (%s); it ends by itself within its TTL",
+				lease_name, last_error);
+	}
+	else if (nsent_pids > 0)
+		release_unseen_grant();
 	close_conn();
 	exit(128 + sig);
 }
@@ -1127,7 +1621,7 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 		vals[1] = ttl_text;
 		if (nowait)
 		{
-			sql = sql_try;
+			sql = queries[SQL_TRY];
 			vals[2] = lease_owner;
 			vals[3] = lease_mode;
 			vals[4] = lease_permits;
@@ -1135,7 +1629,7 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 		}
 		else
 		{
-			sql = sql_acquire;
+			sql = queries[SQL_ACQUIRE];
 			if (timeout_ms >= 0)
 			{
 				ms_t		left = timeout_ms - (now_ms() - start);
@@ -1152,6 +1646,7 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 			vals[5] = lease_permits;
 			nparams = 6;
 		}
+		note_backend(PQbackendPID(conn));
 		sent = now_ms();
 		qs = run_query(sql, nparams, vals, deadline, &res);
 		recv = now_ms();
@@ -1315,8 +1810,12 @@ cmd_run(const char *name, const char *owner, bool nowait, ms_t timeout_ms,
 
 	setup_signals();
 #if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
-	/* orphaned members of the group become our children: we reap them */
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	/* orphaned descendants become our children: none leaves our tree */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+		subreaper = true;
+	else
+		vmsg("cannot become a child subreaper (%s): only the command's process group is tracked",
+			 strerror(errno));
 #endif
 
 	phase = PH_ACQUIRE;
@@ -1328,7 +1827,7 @@ cmd_run(const char *name, const char *owner, bool nowait, ms_t timeout_ms,
 	renew_at = lease_end - ttl_ms + ttl_ms / 3;
 	start_child(argv);
 
-	while (!group_gone)
+	while (!all_gone)
 	{
 		if (!lost && now_ms() >= renew_at)
 		{
@@ -1369,7 +1868,15 @@ cmd_run(const char *name, const char *owner, bool nowait, ms_t timeout_ms,
 
 	phase = PH_FINISH;
 	status = leader_status;
-	released = release_lease(lease_token);
+	if (survivors)
+	{
+		/* they can still finish a write: the lease must not end early */
+		msg("not releasing %s while processes of the command may still run; it ends by itself within its TTL",
+			name);
+		released = -2;
+	}
+	else
+		released = release_lease(lease_token);
 	close_conn();
 
 	if (lost)
@@ -1388,7 +1895,7 @@ cmd_run(const char *name, const char *owner, bool nowait, ms_t timeout_ms,
 			name, EXIT_LOST);
 		return EXIT_LOST;
 	}
-	if (released < 0)
+	if (released == -1)
 		msg("could not release %s (%s); it ends by itself within its TTL", name, last_error);
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
@@ -1445,7 +1952,7 @@ cmd_try(const char *name, const char *owner)
 	vals[3] = lease_mode;
 	vals[4] = lease_permits;
 	connect_or_exit();
-	res = query_or_exit(sql_try, 5, vals, "cannot take the lease");
+	res = query_or_exit(queries[SQL_TRY], 5, vals, "cannot take the lease");
 	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
 	{
 		PQclear(res);
@@ -1467,7 +1974,7 @@ cmd_release(const char *name, const char *owner, const char *token)
 	bool		released;
 
 	connect_or_exit();
-	res = query_or_exit(sql_release, 3, vals, "cannot release the lease");
+	res = query_or_exit(queries[SQL_RELEASE], 3, vals, "cannot release the lease");
 	released = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
 	close_conn();
@@ -1479,25 +1986,6 @@ cmd_release(const char *name, const char *owner, const char *token)
 	}
 	return 0;
 }
-
-static const char *const sql_status =
-"SELECT name, state, owner, token, pid, since, expires, remaining FROM ("
-" SELECT name, 0 AS pos, 'holder' || CASE WHEN mode = 'shared' THEN ' (shared)'"
-"  WHEN permits IS NOT NULL THEN ' (of ' || permits || ')' ELSE '' END AS state,"
-"  owner, token::text AS token,"
-"  pid::text AS pid, to_char(granted_at, 'YYYY-MM-DD HH24:MI:SS') AS since,"
-"  to_char(expires_at, 'YYYY-MM-DD HH24:MI:SS') AS expires,"
-"  round(extract(epoch FROM expires_at - clock_timestamp())::numeric, 1)::text || 's'"
-"   AS remaining"
-" FROM dlock_locks WHERE $1::text IS NULL OR name = $1"
-" UNION ALL"
-" SELECT name, queue_position, 'waiting ' || queue_position"
-"  || CASE WHEN mode = 'shared' THEN ' (shared)' ELSE '' END, owner, NULL,"
-"  pid::text, to_char(waiting_since, 'YYYY-MM-DD HH24:MI:SS'),"
-"  to_char(deadline, 'YYYY-MM-DD HH24:MI:SS'),"
-"  round(extract(epoch FROM deadline - clock_timestamp())::numeric, 1)::text || 's'"
-" FROM dlock_waiters WHERE $1::text IS NULL OR name = $1"
-") s ORDER BY name, pos, length(token), token";
 
 static int
 cmd_status(const char *name)
@@ -1513,7 +2001,7 @@ cmd_status(const char *name)
 	bool		held = false;
 
 	connect_or_exit();
-	res = query_or_exit(sql_status, 1, vals, "cannot read dlock_locks and dlock_waiters");
+	res = query_or_exit(queries[SQL_STATUS], 1, vals, "cannot read dlock_locks and dlock_waiters");
 	nrows = PQntuples(res);
 	if (PQnfields(res) != ncols)
 	{
@@ -1569,16 +2057,20 @@ usage(FILE *f)
 			"run   takes the lease (waiting for it unless --no-wait), runs COMMAND in a process\n"
 			"      group of its own with DLOCK_NAME, DLOCK_OWNER and DLOCK_TOKEN set, renews the\n"
 			"      lease every third of its TTL, forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1\n"
-			"      and SIGUSR2 to the group, and releases the lease once the group is gone.  If\n"
-			"      the lease is lost (a renewal finds it gone, or none succeeds before it may\n"
-			"      end), the group gets SIGTERM, then SIGKILL after the grace period.\n"
+			"      and SIGUSR2 to the group, and releases the lease once COMMAND and every process\n"
+			"      it started are gone (on Linux also those that left the group: setsid, daemons).\n"
+			"      If the lease is lost (a renewal finds it gone, or none succeeds before it may\n"
+			"      end), or COMMAND exits leaving processes behind, they all get SIGTERM, then\n"
+			"      SIGKILL after the grace period.\n"
 			"try   takes the lease if it is free and prints \"TOKEN OWNER\"; it is not renewed.\n"
 			"release  releases OWNER's lease on NAME (only with TOKEN, if given).\n"
 			"status   lists holders and waiters (of NAME, or of every name).\n"
 			"\n"
 			"Options (before or after the subcommand):\n"
-			"  -d, --dbname=CONNINFO  connection string or URI; otherwise libpq's defaults and\n"
-			"                         PGHOST, PGPORT, PGDATABASE, PGUSER, PGSERVICE, ...\n"
+			"  -d CONNINFO, --dbname=CONNINFO\n"
+			"                         connection string or URI (after -d, as the next argument);\n"
+			"                         otherwise libpq's defaults and PGHOST, PGPORT, PGDATABASE,\n"
+			"                         PGUSER, PGSERVICE, ...\n"
 			"  -v, --verbose          report grants, renewals and forwarded signals on stderr\n"
 			"  -h, --help             show this help\n"
 			"      --version          show the version\n"
@@ -1593,12 +2085,14 @@ usage(FILE *f)
 			"                         TTL if less; must be less than half the TTL)\n"
 			"  --owner=OWNER          lease owner (default dlock-run:HOST:PID, dlock-try:HOST:PID)\n"
 			"  --token=TOKEN          release: only the lease with this fencing token\n"
-			"DUR is a number with an optional unit: ms, s, m, h, d (default s): 500ms, 1.5s, 2m.\n"
+			"DUR is a number with an optional unit: ms, s, m, h, d (default s): 500ms, 1.5s, 2m;\n"
+			"at most 7 days.\n"
 			"\n"
 			"Exit status:\n"
 			"  run: the command's status, or 128+N if signal N killed it; or one of\n"
 			"    64 usage error               69 lease busy (--no-wait; try)\n"
-			"    70 the server refused a call 71 system error (fork, pipe)\n"
+			"    70 the server refused a call (or the extension is not installed)\n"
+			"    71 system error (fork, pipe)\n"
 			"    75 timed out waiting         76 lease lost (the command was terminated)\n"
 			"    77 connection failure        126 command not executable, 127 not found\n"
 			"    128+N interrupted by signal N before the command started\n"
@@ -1619,46 +2113,45 @@ usage_error(const char *fmt,...)
 	exit(EXIT_USAGE);
 }
 
-/* Parses a global option at argv[*i]; returns false if it is not one. */
-static bool
-global_option(int argc, char **argv, int *i)
+/*
+ * Takes the value of -d or --dbname, which getopt_long() just returned.  The
+ * short option takes its value only as the next argument, so that a word
+ * such as "-debug" is not read as "-d ebug": a connection string.
+ */
+static void
+dbname_option(char **argv, int longindex)
 {
-	const char *a = argv[*i];
+	if (longindex < 0 && optarg != argv[optind - 1])
+		usage_error("unknown option \"%s\" (-d takes its connection string as the next argument: -d CONNINFO, or --dbname=CONNINFO)",
+					argv[optind - 1]);
+	conninfo = optarg;
+}
 
-	if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0)
-		verbose = true;
-	else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
-	{
-		usage(stdout);
-		exit(0);
-	}
-	else if (strcmp(a, "--version") == 0)
-	{
-		printf("dlock %s\n", DLOCK_CLI_VERSION);
-		exit(0);
-	}
-	else if (strcmp(a, "-d") == 0 || strcmp(a, "--dbname") == 0)
-	{
-		if (*i + 1 >= argc)
-			usage_error("option %s needs an argument", a);
-		conninfo = argv[++*i];
-	}
-	else if (strncmp(a, "--dbname=", 9) == 0)
-		conninfo = a + 9;
-	else if (strncmp(a, "-d", 2) == 0)
-		conninfo = a + 2;
-	else
-		return false;
-	return true;
+/* Reports a getopt_long() error for argv: c is ':' or '?'. */
+static void
+option_error(int c, char **argv)
+{
+	if (c == ':')
+		usage_error("option %s needs an argument", argv[optind - 1]);
+	if (optopt != 0)
+		usage_error("unknown option -%c", optopt);
+	usage_error("unknown option %s", argv[optind - 1]);
 }
 
 static ms_t
 duration_arg(const char *opt, const char *val)
 {
-	ms_t		ms;
+	ms_t		ms = 0;
 
-	if (!parse_duration(val, &ms))
-		usage_error("invalid duration for --%s: \"%s\" (examples: 30s, 500ms, 2m)", opt, val);
+	switch (parse_duration(val, &ms))
+	{
+		case 0:
+			usage_error("invalid duration for --%s: \"%s\" (examples: 30s, 500ms, 2m)", opt, val);
+			break;
+		case -1:
+			usage_error("--%s must be at most 7 days: \"%s\"", opt, val);
+			break;
+	}
 	return ms;
 }
 
@@ -1708,7 +2201,15 @@ main(int argc, char **argv)
 		{"permits", required_argument, NULL, OPT_PERMITS},
 		{NULL, 0, NULL, 0}
 	};
-	int			i = 1;
+	static const struct option global_longopts[] = {
+		{"dbname", required_argument, NULL, 'd'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, OPT_VERSION},
+		{NULL, 0, NULL, 0}
+	};
+	int			i;
+	int			longindex;
 	const char *sub;
 	char	  **sargv;
 	int			sargc;
@@ -1724,8 +2225,34 @@ main(int argc, char **argv)
 	int			npos;
 	char	  **pos;
 
-	while (i < argc && argv[i][0] == '-' && global_option(argc, argv, &i))
-		i++;
+	/* options before the subcommand: -d, -v, -h, --version */
+	opterr = 0;
+	optind = 1;
+	for (;;)
+	{
+		longindex = -1;
+		optc = getopt_long(argc, argv, "+:d:vh", global_longopts, &longindex);
+		if (optc == -1)
+			break;
+		switch (optc)
+		{
+			case 'd':
+				dbname_option(argv, longindex);
+				break;
+			case 'v':
+				verbose = true;
+				break;
+			case 'h':
+				usage(stdout);
+				return 0;
+			case OPT_VERSION:
+				printf("dlock %s\n", DLOCK_CLI_VERSION);
+				return 0;
+			default:
+				option_error(optc, argv);
+		}
+	}
+	i = optind;
 	if (i >= argc)
 		usage_error("no subcommand given (run, try, release or status)");
 	sub = argv[i];
@@ -1753,16 +2280,19 @@ main(int argc, char **argv)
 	 * run without "--": options stop at NAME, the rest is the command.  With
 	 * "--", options may come anywhere before it.
 	 */
-	opterr = 0;
-	optind = 1;
-	while ((optc = getopt_long(dashdash >= 0 ? dashdash : sargc, sargv,
-							   strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
-							   longopts, NULL)) != -1)
+	optind = 0;					/* 0: start afresh on a new argv */
+	for (;;)
 	{
+		longindex = -1;
+		optc = getopt_long(dashdash >= 0 ? dashdash : sargc, sargv,
+						   strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
+						   longopts, &longindex);
+		if (optc == -1)
+			break;
 		switch (optc)
 		{
 			case 'd':
-				conninfo = optarg;
+				dbname_option(sargv, longindex);
 				break;
 			case 'v':
 				verbose = true;
@@ -1803,13 +2333,8 @@ main(int argc, char **argv)
 					usage_error("--permits must be a whole number from 1");
 				lease_permits = optarg;
 				break;
-			case ':':
-				usage_error("option %s needs an argument", sargv[optind - 1]);
-				break;
 			default:
-				if (optopt != 0)
-					usage_error("unknown option -%c", optopt);
-				usage_error("unknown option %s", sargv[optind - 1]);
+				option_error(optc, sargv);
 		}
 	}
 	pos = sargv + optind;

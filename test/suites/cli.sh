@@ -3,7 +3,14 @@
 # `dlock run`, busy and timeout exits, kill of the command's whole process
 # group after a forced release and after the server is killed, survival of a
 # quick server restart, signal forwarding, exit status pass-through, cleanup
-# of leftover group members, and usage errors.
+# of leftover group members and of processes that left the group (setsid),
+# release of only the lease it took after an interrupted wait, an extension
+# in a schema off the search_path, and usage errors.
+#
+# Every wait is bounded: a step that hangs fails within seconds, naming the
+# step.  The suite does not depend on the signal dispositions it was started
+# with (nohup, a background job): every `dlock run` that the suite signals is
+# started with those signals at their defaults.
 #
 # Builds cli/dlock, starts a throwaway cluster of its own (unix socket only,
 # shared_preload_libraries = 'dlock') under test/tmp/cli.* of the checkout
@@ -47,7 +54,7 @@ sock=$(mktemp -d /tmp/dlock-cli-sock.XXXXXX)	# socket paths must be short
 port=54337
 started=
 bg_pids=()		# background dlock processes
-groups=()		# process groups of commands we started
+groups=()		# process groups of commands we started (and of escapees)
 results=()		# measurements, printed at the end
 
 cleanup() {
@@ -61,7 +68,7 @@ cleanup() {
 		kill -KILL -- "-$p" 2>/dev/null
 	done
 	if [ -n "$started" ]; then
-		"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w stop >/dev/null 2>&1
+		"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w -t 30 stop >/dev/null 2>&1
 	fi
 	rm -rf "$sock"
 	if [ $rc -ne 0 ]; then
@@ -93,12 +100,41 @@ now() {
 	date +%s%3N
 }
 
-# expect_status <status> <description> <command...>: runs the command with
-# stdout and stderr in $tmp/out and $tmp/err, checks its exit status.
+# running <pid>: whether <pid> is still a child of this shell (a pid that
+# was reused by another process after the job ended is not).
+running() {
+	local stat
+	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+	stat=${stat##*) }	# "state ppid ..."; comm may hold spaces and ')'
+	stat=${stat#* }
+	[ "${stat%% *}" = "$BASHPID" ]
+}
+
+# wait_bg <pid> <seconds> <step>: waits at most <seconds> for background job
+# <pid> and sets rc to its exit status.  A job still running then is killed
+# and the suite fails, naming the step.
+wait_bg() {
+	local pid=$1 limit=$2 what=$3 deadline
+	deadline=$(($(now) + limit * 1000))
+	while running "$pid"; do
+		if (($(now) >= deadline)); then
+			kill -KILL "$pid" 2>/dev/null
+			fail "$what: still running after $limit s"
+		fi
+		sleep 0.02
+	done
+	rc=0
+	wait "$pid" || rc=$?
+}
+
+# expect_status <status> <description> <command...>: runs the command (at
+# most 20 s) with stdout and stderr in $tmp/out and $tmp/err, checks its
+# exit status.
 expect_status() {
-	local want=$1 what=$2 rc=0
+	local want=$1 what=$2
 	shift 2
-	"$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+	"$@" >"$tmp/out" 2>"$tmp/err" &
+	wait_bg $! 20 "$what"
 	if [ "$rc" != "$want" ]; then
 		echo "--- stdout:" >&2
 		cat "$tmp/out" >&2
@@ -109,9 +145,24 @@ expect_status() {
 	ok "$what (exit $rc)"
 }
 
-sql() {
-	"$bindir/psql" -X -q -t -A -v ON_ERROR_STOP=1 -c "$1"
+# sql <query> [psql option...]: at most 10 s to connect, 10 s per statement
+# dl <args...>: runs dlock (at most 20 s), which must succeed; stdout as is.
+dl() {
+	"$dlock" "$@" &
+	wait_bg $! 20 "dlock $*"
+	[ "$rc" = 0 ] || fail "dlock $*: exit status $rc"
 }
+
+sql() {
+	PGCONNECT_TIMEOUT=10 PGOPTIONS='-c statement_timeout=10s' \
+		"$bindir/psql" -X -q -t -A -v ON_ERROR_STOP=1 -c "$1" "${@:2}"
+}
+
+# Start a command with SIGHUP, SIGINT, SIGTERM and SIGQUIT at their default
+# dispositions, whatever the suite inherited (nohup ignores SIGHUP, and a
+# non-interactive shell starts background jobs with SIGINT and SIGQUIT
+# ignored); dlock rightly keeps an ignored signal ignored.
+dfl=(perl -e '$SIG{$_} = "DEFAULT" for qw(HUP INT TERM QUIT); exec @ARGV or die "exec: $!"' --)
 
 # Waits until file $1 exists and is not empty (at most $2 ms).
 wait_file() {
@@ -201,12 +252,39 @@ expect_status 64 "usage: try with --timeout" "$dlock" try --timeout 1s name
 expect_status 64 "usage: owner too long" "$dlock" try --owner "$(printf 'o%.0s' $(seq 129))" name
 grep -q "Try \"dlock --help\"" "$tmp/err" || fail "usage errors do not point to --help"
 expect_status 64 "usage: a name the server rejects (SQLSTATE 22023)" "$dlock" run "$(printf 'n%.0s' $(seq 201))" -- true
+# durations are bounded by 7 days (the server's TTL limit), in milliseconds
+expect_status 64 "usage: --timeout over 7 days" "$dlock" run --timeout 8d name -- true
+grep -q -- "--timeout must be at most 7 days" "$tmp/err" || fail "--timeout 8d: $(cat "$tmp/err")"
+expect_status 64 "usage: --grace over 7 days" "$dlock" run --ttl 7d --grace 7.5d name -- true
+grep -q -- "--grace must be at most 7 days" "$tmp/err" || fail "--grace 7.5d: $(cat "$tmp/err")"
+expect_status 64 "usage: --ttl of 7 days and 1 s" "$dlock" try --ttl 604801s name
+expect_status 0 "--timeout of 7 days" "$dlock" run --timeout 7d name -- true
+# -d takes its value as the next argument only: "-debug" is no connection string
+expect_status 64 "usage: -debug before the subcommand" "$dlock" -debug status
+grep -q -- "-d takes its connection string as the next argument" "$tmp/err" || fail "-debug: $(cat "$tmp/err")"
+expect_status 64 "usage: -debug after the subcommand" "$dlock" status -debug
+expect_status 64 "usage: -d without its argument" "$dlock" status -d
+expect_status 0 "-v and -d clustered before the subcommand (-vd CONNINFO)" "$dlock" -vd "host=$sock port=$port dbname=postgres" status
 
 # ---------------------------------------------------------------- connection and server errors
 expect_status 77 "connection failure: no server on that port" env PGPORT=1 "$dlock" run name -- true
 expect_status 77 "connection failure: status" env PGPORT=1 "$dlock" status
 expect_status 70 "server error: extension missing in the database" "$dlock" -d "dbname=noext" run name -- true
+grep -q 'the dlock extension is not installed in database "noext"' "$tmp/err" || fail "no extension: $(cat "$tmp/err")"
 expect_status 0 "--dbname with a conninfo string" "$dlock" --dbname "host=$sock port=$port dbname=postgres" run name -- true
+
+# the extension in a schema that is not on the search_path: dlock finds it
+sql 'CREATE DATABASE schm' >/dev/null
+sql 'CREATE SCHEMA dl; CREATE EXTENSION dlock SCHEMA dl; ALTER DATABASE schm SET search_path = public' -d schm >/dev/null
+expect_status 0 "schema off the search_path: run" "$dlock" -d "dbname=schm" run --no-wait sp -- true
+expect_status 0 "schema off the search_path: try" "$dlock" -d "dbname=schm" try --owner sp-o sp
+read -r sp_token _ <"$tmp/out"
+expect_status 0 "schema off the search_path: status" "$dlock" -d "dbname=schm" status sp
+grep -qE "^sp +holder +sp-o +$sp_token " "$tmp/out" || fail "status in schema dl: $(cat "$tmp/out")"
+expect_status 69 "schema off the search_path: busy" "$dlock" -d "dbname=schm" run --no-wait sp -- true
+grep -q "held by sp-o" "$tmp/err" || fail "busy message in schema dl: $(cat "$tmp/err")"
+expect_status 0 "schema off the search_path: release" "$dlock" -d "dbname=schm" release --owner sp-o --token "$sp_token" sp
+[ "$(sql 'SELECT count(*) FROM dl.dlock_locks' -d schm)" = 0 ] || fail "lease left in schema dl"
 
 # ---------------------------------------------------------------- exit status and environment
 expect_status 0 "exit status 0 passed through" "$dlock" run st -- true
@@ -274,6 +352,8 @@ until [ -s "$tmp/sem3" ]; do
 	(($(now) < deadline)) || fail "the queued run did not get the freed permit"
 	sleep 0.02
 done
+wait_bg "${bg_pids[-1]}" 10 "run --permits after it got the permit"
+[ "$rc" = 0 ] || fail "run --permits 2: exit status $rc"
 ok "run --permits gets a permit when one is released"
 expect_status 0 "release the other permit" "$dlock" release --owner p2 sem
 expect_status 0 "try --shared: first reader" "$dlock" try --shared --owner r1 doc
@@ -282,11 +362,11 @@ expect_status 69 "try: a writer waits for readers" "$dlock" try --owner w doc
 expect_status 0 "run --shared runs beside the readers" "$dlock" run --shared --no-wait --owner r3 doc -- true
 expect_status 0 "status of shared leases" "$dlock" status doc
 [ "$(grep -cE '^doc +holder \(shared\) +r[12] ' "$tmp/out")" = 2 ] || fail "status of doc: $(cat "$tmp/out")"
-"$dlock" release --owner r1 doc >/dev/null
-"$dlock" release --owner r2 doc >/dev/null
+dl release --owner r1 doc >/dev/null
+dl release --owner r2 doc >/dev/null
 
 # status lists holders and waiters
-"$dlock" try --owner st-holder stq >/dev/null
+dl try --owner st-holder stq >/dev/null
 "$dlock" run --owner st-waiter stq -- true &
 bg_pids+=($!)
 deadline=$(($(now) + 5000))
@@ -297,8 +377,9 @@ done
 expect_status 0 "status lists holder and waiter" "$dlock" status
 grep -qE '^stq +holder +st-holder ' "$tmp/out" && grep -qE '^stq +waiting 1 +st-waiter ' "$tmp/out" ||
 	fail "status: $(cat "$tmp/out")"
-"$dlock" release --owner st-holder stq
-wait "${bg_pids[-1]}" || fail "the waiter on stq failed after the release"
+dl release --owner st-holder stq
+wait_bg "${bg_pids[-1]}" 10 "the waiter on stq after the release"
+[ "$rc" = 0 ] || fail "the waiter on stq failed after the release: exit status $rc"
 ok "the waiter ran after the release"
 
 # ---------------------------------------------------------------- mutual exclusion
@@ -344,7 +425,8 @@ for w in 1 2 3; do
 	bg_pids+=($!)
 done
 for w in "${workers[@]}"; do
-	wait "$w" || fail "a mutual-exclusion worker failed"
+	wait_bg "$w" 90 "mutual-exclusion worker $w"
+	[ "$rc" = 0 ] || fail "a mutual-exclusion worker failed"
 done
 n=$(check_overlap "$tmp/mx.log") || fail "dlock run overlapped: $n"
 [ "$n" = 15 ] || fail "expected 15 critical sections, found $n"
@@ -357,31 +439,110 @@ lp=$(cat "$tmp/left.pid")
 ! kill -0 "$lp" 2>/dev/null || fail "the command's background child $lp survived dlock run"
 ok "processes left in the group are killed before the lease is released"
 
-# ---------------------------------------------------------------- signals
-# A non-interactive shell starts background jobs with SIGINT ignored, and
-# dlock keeps an ignored signal ignored; perl resets it for the INT case.
-sig_num() {
-	case $1 in HUP) echo 1 ;; INT) echo 2 ;; TERM) echo 15 ;; esac
+# ---------------------------------------------------------------- processes that leave the group
+# Processes that call setsid (daemons, script) are out of the command's
+# process group, but dlock, the subreaper, sees them as descendants: they get
+# SIGTERM and SIGKILL too, and the lease is released only once they are gone.
+# esc.sh TAG NAME, run with setsid: writes its pid to TAG.pid; on SIGTERM,
+# waits 0.5 s, writes how many leases NAME has to TAG.lease, and exits.
+export PSQL="$bindir/psql"
+cat >"$tmp/esc.sh" <<'SH'
+tag=$1 name=$2
+on_term() {
+	sleep 0.5
+	"$PSQL" -X -q -t -A -c "SELECT count(*) FROM dlock_locks WHERE name = '$name'" >"$tag.lease" 2>&1
+	exit 0
 }
+trap on_term TERM
+sleep 1000 &
+echo $$ >"$tag.pid"
+wait
+SH
+# escapee_pids TAG...: sets esc_pids to the pids in TAG.pid, and records
+# them for the cleanup (each leads a session, and a group, of its own)
+escapee_pids() {
+	local t
+	esc_pids=()
+	for t in "$@"; do
+		esc_pids+=("$(cat "$tmp/$t.pid")")
+	done
+	groups+=("${esc_pids[@]}")
+}
+# normal exit: escn-a (setsid beside the command; handles SIGTERM) and escn-b
+# (setsid in a subshell that exits, so an orphan reparented to dlock;
+# ignores SIGTERM) outlive the command.
+t0=$(now)
+expect_status 0 "the command exits while processes that left its group run" \
+	"$dlock" run --ttl 6s --grace 2s escn -- sh -c '
+		setsid sh ./esc.sh escn-a escn &
+		(setsid sh -c "trap \"\" TERM; echo \$\$ >escn-b.pid; exec sleep 1000" &)
+		until [ -s escn-a.pid ] && [ -s escn-b.pid ]; do sleep 0.02; done'
+el=$(($(now) - t0))
+escapee_pids escn-a escn-b
+for p in "${esc_pids[@]}"; do
+	! kill -0 "$p" 2>/dev/null || fail "process $p, which left the group (setsid), survived dlock run: $(ps -o pid,ppid,pgid,sid,args -p "$p" | tail -n 1)"
+done
+[ "$(cat "$tmp/escn-a.lease" 2>/dev/null)" = 1 ] ||
+	fail "the lease was not held while a process that left the group handled SIGTERM: ${tmp}/escn-a.lease: $(cat "$tmp/escn-a.lease" 2>&1)"
+grep -q "processes that left it" "$tmp/err" || fail "no message about processes that left the group: $(cat "$tmp/err")"
+((el >= 2000)) || fail "dlock run ended after $el ms, before the SIGKILL due after --grace 2s"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'escn'")" = 0 ] || fail "lease escn left"
+ok "the command exited: processes that left its group got SIGTERM (the lease still held), then SIGKILL; released after ($el ms)"
+
+# lease lost: a forced release kills processes that left the group too, and
+# dlock exits only once they are gone
+rm -f "$tmp/escl.pgid"
+"${dfl[@]}" "$dlock" run --ttl 3s --grace 1s escl -- sh -c '
+	echo $$ >escl.pgid
+	(setsid sh -c "trap \"\" TERM; echo \$\$ >escl-b.pid; exec sleep 1000" &)
+	setsid sleep 1000 & echo $! >escl-c.pid
+	sleep 1000 & wait' 2>"$tmp/escl.err" &
+dp=$!
+bg_pids+=($dp)
+wait_file "$tmp/escl.pgid" 5000
+wait_file "$tmp/escl-b.pid" 5000
+wait_file "$tmp/escl-c.pid" 5000
+groups+=("$(cat "$tmp/escl.pgid")")
+escapee_pids escl-b escl-c
+wait_held escl 5000
+t0=$(now)
+[ "$(sql "SELECT dlock_force_release('escl')")" = t ] || fail "dlock_force_release('escl') returned false"
+wait_bg "$dp" 10 "dlock run after the forced release of escl"
+el=$(($(now) - t0))
+[ "$rc" = 76 ] || fail "forced release with processes that left the group: exit status $rc, expected 76; stderr: $(cat "$tmp/escl.err")"
+for p in "${esc_pids[@]}"; do
+	! kill -0 "$p" 2>/dev/null || fail "process $p, which left the group (setsid), survived the lost lease: $(ps -o pid,ppid,pgid,sid,args -p "$p" | tail -n 1)"
+done
+ok "forced release: processes that left the group were dead when dlock exited 76 ($el ms)"
+results+=("forced release -> dlock exited with every descendant dead, two of them in sessions of their own (one ignoring SIGTERM): $el ms; bound ttl/3 + grace = 2000 ms (ttl 3s, grace 1s)")
+
+# ---------------------------------------------------------------- signals
+# Each case starts dlock with the signals ignored, as under nohup, and dfl
+# resets them: dlock keeps a signal that was ignored at its start ignored.
 for s in TERM HUP INT; do
 	rm -f "$tmp/sig.out"
-	perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die "exec: $!"' -- \
-		"$dlock" run "sig$s" -- sh -c "trap 'echo got-$s >sig.out; exit 9' $s; echo \$\$ >sig.pgid; while :; do sleep 0.05; done" &
+	(
+		trap '' HUP INT TERM QUIT
+		exec "${dfl[@]}" "$dlock" run "sig$s" -- sh -c "trap 'echo got-$s >sig.out; exit 9' $s; echo \$\$ >sig.pgid; while :; do sleep 0.05; done"
+	) &
 	dp=$!
 	bg_pids+=($dp)
 	wait_file "$tmp/sig.pgid" 5000
 	groups+=("$(cat "$tmp/sig.pgid")")
 	rm -f "$tmp/sig.pgid"
 	kill -"$s" "$dp"
-	rc=0
-	wait "$dp" || rc=$?
+	wait_bg "$dp" 10 "SIG$s to dlock run"
 	[ "$rc" = 9 ] || fail "SIG$s to dlock run: exit status $rc, expected the command's 9"
 	grep -q "got-$s" "$tmp/sig.out" || fail "SIG$s was not forwarded to the command"
 	[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'sig$s'")" = 0 ] || fail "lease sig$s left after SIG$s"
 	ok "SIG$s forwarded to the command, its status returned, lease released"
 done
-# a command that does not catch the signal dies of it: 128+N
-"$dlock" run sigdfl -- sh -c 'echo $$ >sig.pgid; sleep 1000 & wait' &
+# a signal ignored when dlock starts stays ignored, by dlock and the command
+rm -f "$tmp/sig.pgid"
+(
+	trap '' HUP
+	exec "$dlock" run sigign -- sh -c 'echo $$ >sig.pgid; while :; do sleep 0.05; done'
+) &
 dp=$!
 bg_pids+=($dp)
 wait_file "$tmp/sig.pgid" 5000
@@ -389,33 +550,110 @@ pg=$(cat "$tmp/sig.pgid")
 groups+=("$pg")
 rm -f "$tmp/sig.pgid"
 kill -HUP "$dp"
-rc=0
-wait "$dp" || rc=$?
+sleep 0.3
+kill -0 "$dp" 2>/dev/null && kill -0 -- "-$pg" 2>/dev/null || fail "SIGHUP, ignored when dlock started, ended dlock or the command"
+kill -KILL -- "-$pg"
+wait_bg "$dp" 10 "dlock run after its command was killed"
+[ "$rc" = $((128 + 9)) ] || fail "command killed by SIGKILL: exit status $rc, expected 137"
+ok "SIGHUP ignored at dlock's start stays ignored by dlock and the command"
+# a command that does not catch the signal dies of it: 128+N
+"${dfl[@]}" "$dlock" run sigdfl -- sh -c 'echo $$ >sig.pgid; sleep 1000 & wait' &
+dp=$!
+bg_pids+=($dp)
+wait_file "$tmp/sig.pgid" 5000
+pg=$(cat "$tmp/sig.pgid")
+groups+=("$pg")
+rm -f "$tmp/sig.pgid"
+kill -HUP "$dp"
+wait_bg "$dp" 10 "SIGHUP to dlock run with an uncatching command"
 [ "$rc" = $((128 + 1)) ] || fail "SIGHUP to an uncatching command: exit status $rc, expected 129"
 wait_group_dead "$pg" 3000 "$(now)" >/dev/null || fail "group $pg not dead after SIGHUP"
 ok "SIGHUP kills an uncatching command and its whole group: exit 129"
 
+# wait_waiters NAME N: until N sessions wait for NAME (at most 5 s)
+wait_waiters() {
+	local deadline=$(($(now) + 5000))
+	until [ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = '$1'")" = "$2" ]; do
+		(($(now) < deadline)) || fail "timed out waiting for $2 waiters on $1"
+		sleep 0.02
+	done
+}
+
 # a signal while waiting: the command never runs, the queue is left
-"$dlock" try --owner sw-holder sigwait >/dev/null
+dl try --owner sw-holder sigwait >/dev/null
 rm -f "$tmp/ran"
-"$dlock" run sigwait -- touch "$tmp/ran" &
+"${dfl[@]}" "$dlock" run sigwait -- touch "$tmp/ran" &
 dp=$!
 bg_pids+=($dp)
-deadline=$(($(now) + 5000))
-until [ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'sigwait'")" = 1 ]; do
-	(($(now) < deadline)) || fail "no waiter on sigwait"
+wait_waiters sigwait 1
+kill -TERM "$dp"
+wait_bg "$dp" 10 "SIGTERM to dlock run while it waits"
+[ "$rc" = 143 ] || fail "SIGTERM while waiting: exit status $rc, expected 143"
+[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM while waiting"
+wait_waiters sigwait 0
+[ "$(sql "SELECT owner FROM dlock_locks WHERE name = 'sigwait'")" = sw-holder ] || fail "sigwait changed hands"
+dl release --owner sw-holder sigwait
+ok "SIGTERM while waiting: exit 143, command not started, queue left"
+
+# A signal before any call reached the server releases nothing: not another
+# lease of the same owner (here one taken by "dlock try").  The first host of
+# the conninfo accepts the connection and never answers, so dlock is still
+# connecting when it gets SIGTERM; then it stops listening, so that later
+# connections are refused there and libpq goes on to the real server.
+dl try --owner same-owner pre >/dev/null
+pre_token=$(sql "SELECT token FROM dlock_locks WHERE name = 'pre'")
+rm -f "$tmp/hole.port" "$tmp/hole.accepted"
+perl -MIO::Socket::INET -e '
+	my $s = IO::Socket::INET->new(Listen => 5, LocalAddr => "127.0.0.1", LocalPort => 0, ReuseAddr => 1)
+		or die "listen: $!";
+	open(my $f, ">", "hole.port") or die; print $f $s->sockport, "\n"; close $f;
+	my $first = $s->accept or die;
+	close $s;
+	open($f, ">", "hole.accepted") or die; close $f;
+	sleep 1000' &
+hole=$!
+bg_pids+=($hole)
+wait_file "$tmp/hole.port" 5000
+"${dfl[@]}" "$dlock" -d "host=127.0.0.1,$sock port=$(cat "$tmp/hole.port"),$port dbname=postgres" \
+	run --owner same-owner pre -- touch "$tmp/ran" 2>"$tmp/pre.err" &
+dp=$!
+bg_pids+=($dp)
+until [ -e "$tmp/hole.accepted" ]; do
+	running "$dp" || fail "dlock run did not connect to the silent host: $(cat "$tmp/pre.err")"
 	sleep 0.02
 done
 kill -TERM "$dp"
-rc=0
-wait "$dp" || rc=$?
-[ "$rc" = 143 ] || fail "SIGTERM while waiting: exit status $rc, expected 143"
-[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM while waiting"
-sleep 0.2
-[ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'sigwait'")" = 0 ] || fail "waiter left in the queue"
-[ "$(sql "SELECT owner FROM dlock_locks WHERE name = 'sigwait'")" = sw-holder ] || fail "sigwait changed hands"
-"$dlock" release --owner sw-holder sigwait
-ok "SIGTERM while waiting: exit 143, command not started, queue left"
+wait_bg "$dp" 10 "SIGTERM to dlock run while it connects"
+[ "$rc" = 143 ] || fail "SIGTERM while connecting: exit status $rc, expected 143; stderr: $(cat "$tmp/pre.err")"
+kill "$hole"
+[ "$(sql "SELECT owner || ' ' || token FROM dlock_locks WHERE name = 'pre'")" = "same-owner $pre_token" ] ||
+	fail "an interrupted dlock run released a lease it had not taken: $(sql "SELECT owner, token FROM dlock_locks WHERE name = 'pre'")"
+dl release --owner same-owner pre
+ok "SIGTERM before the server was asked: exit 143, the same owner's other lease kept"
+
+# A grant the interrupted dlock never read is released: dlock is stopped
+# while it waits, the lease is granted to its backend, and SIGTERM comes
+# before dlock reads the answer.
+dl try --owner ug-holder unseen >/dev/null
+"${dfl[@]}" "$dlock" run --owner ug-waiter unseen -- touch "$tmp/ran" 2>"$tmp/ug.err" &
+dp=$!
+bg_pids+=($dp)
+wait_waiters unseen 1
+kill -STOP "$dp"
+dl release --owner ug-holder unseen
+deadline=$(($(now) + 5000))
+until [ "$(sql "SELECT owner FROM dlock_locks WHERE name = 'unseen'")" = ug-waiter ]; do
+	(($(now) < deadline)) || fail "the lease on unseen was not granted to the stopped dlock"
+	sleep 0.02
+done
+kill -TERM "$dp"
+kill -CONT "$dp"
+wait_bg "$dp" 10 "dlock run after SIGTERM and SIGCONT"
+[ "$rc" = 143 ] || fail "SIGTERM with an unread grant: exit status $rc, expected 143; stderr: $(cat "$tmp/ug.err")"
+[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'unseen'")" = 0 ] ||
+	fail "the grant dlock did not read was not released: $(sql "SELECT owner, token FROM dlock_locks WHERE name = 'unseen'")"
+ok "SIGTERM with a grant not yet read: exit 143, that lease released"
 
 # ---------------------------------------------------------------- lease lost: forced release
 # ttl 3s (renewal every 1 s), grace 1s.  The group has a member that
@@ -439,8 +677,7 @@ t0=$(now)
 bound=$((ttl / 3 + grace + 1000))
 times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "forced release: group not dead within $bound ms"
 read -r el term_el <<<"$times"
-rc=0
-wait "$dp" || rc=$?
+wait_bg "$dp" 15 "dlock run after the forced release of forced"
 [ "$rc" = 76 ] || fail "forced release: exit status $rc, expected 76; stderr: $(cat "$tmp/fr.err")"
 grep -q "lease lost" "$tmp/fr.err" || fail "forced release: no message: $(cat "$tmp/fr.err")"
 ok "forced release: SIGTERM after ${term_el} ms, whole group dead after $el ms (bound $bound), exit 76"
@@ -461,8 +698,7 @@ sql "SELECT dlock_force_release('forced2')" >/dev/null
 bound=$((ttl / 3 + 1000))
 times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "forced release: group not dead within $bound ms"
 read -r el term_el <<<"$times"
-rc=0
-wait "$dp" || rc=$?
+wait_bg "$dp" 15 "dlock run after the forced release of forced2"
 [ "$rc" = 76 ] || fail "forced release (2): exit status $rc, expected 76"
 ok "forced release, group obeying SIGTERM: dead after $el ms (bound $bound)"
 results+=("forced release -> group obeying SIGTERM dead: $el ms; bound ttl/3 = $((ttl / 3)) ms")
@@ -483,14 +719,13 @@ groups+=("$pg")
 wait_held srvkill 5000
 sleep 1.2
 t0=$(now)
-"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w stop >/dev/null
+"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w -t 30 stop >/dev/null
 started=
 margin=$((ttl / 10 < 1000 ? ttl / 10 : 1000))
 bound=$((ttl - margin + 500))
 times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "server killed: group not dead within $bound ms"
 read -r el term_el <<<"$times"
-rc=0
-wait "$dp" || rc=$?
+wait_bg "$dp" 15 "dlock run after the server was killed"
 [ "$rc" = 76 ] || fail "server killed: exit status $rc, expected 76; stderr: $(cat "$tmp/sk.err")"
 ok "server killed: SIGTERM after ${term_el} ms, whole group dead after $el ms (bound $bound), exit 76"
 results+=("server killed (pg_ctl stop -m immediate) -> first member dead (SIGTERM): ${term_el} ms; whole group dead: $el ms; bound ttl - margin = $((ttl - margin)) ms after the last renewal (ttl 3s, grace 1s)")
@@ -509,8 +744,7 @@ sleep 1.5
 t0=$(now)
 "$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -m immediate -w -t 30 restart >/dev/null
 restart_ms=$(($(now) - t0))
-rc=0
-wait "$dp" || rc=$?
+wait_bg "$dp" 15 "dlock run across a server restart"
 [ "$rc" = 0 ] || fail "transient loss: exit status $rc, expected 0; stderr: $(cat "$tmp/tr.err")"
 grep -q finished "$tmp/tr.out" || fail "transient loss: the command did not finish"
 grep -q "renewed after" "$tmp/tr.err" || fail "transient loss: no renewal after the restart: $(cat "$tmp/tr.err")"
