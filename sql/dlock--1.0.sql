@@ -27,6 +27,15 @@ CREATE TABLE dlock_leases (
 );
 REVOKE ALL ON dlock_leases FROM PUBLIC;
 
+-- At least the highest fencing token handed out in this database.  The token
+-- file in the data directory is the cluster's floor; pg_upgrade, a dump and
+-- restore or a logical copy do not carry it, but they carry this table, so
+-- new tokens start above every one issued here before.
+CREATE TABLE dlock_token_floor (floor bigint NOT NULL);
+INSERT INTO dlock_token_floor VALUES (0);
+REVOKE ALL ON dlock_token_floor FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('dlock_token_floor', '');
+
 CREATE FUNCTION dlock_owner() RETURNS text
 AS 'MODULE_PATHNAME', 'dlock_owner' LANGUAGE C STABLE;
 

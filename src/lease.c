@@ -399,6 +399,7 @@ retry:
 			return 0;
 		}
 		dlock_xact_granted(op, token);
+		dlock_persist_note_token(token);
 		if (!req->durable)
 			return token;
 
@@ -426,6 +427,7 @@ retry:
 		fill_row(&row, lease, 1);
 	LWLockRelease(lock);
 	dlock_wake_all();
+	dlock_persist_note_token(token);
 	if (durable)
 		insert_row(req, &row, now + req->ttl, now);
 	return token;

@@ -232,6 +232,8 @@ typedef struct DbSlot
 	DbState		state;
 	int			loader_pid;
 	int			dead_rows;		/* rows of ended leases not yet deleted */
+	uint64		token_floor;	/* what its dlock_token_floor says, as last
+								 * read or committed */
 } DbSlot;
 
 typedef struct DbSlots
@@ -268,11 +270,13 @@ static Oid	lease_relid = InvalidOid;
 static Oid	lease_owner = InvalidOid;
 static Oid	plans_relid = InvalidOid;
 static char *lease_table = NULL;	/* qualified, quoted name */
+static char *floor_table = NULL;	/* dlock_token_floor, likewise */
 static SPIPlanPtr plan_write = NULL;
 static SPIPlanPtr plan_takeover = NULL;
 static SPIPlanPtr plan_delete = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_sweep = NULL;
+static SPIPlanPtr plan_floor = NULL;
 static DbSlot *my_slot = NULL;
 
 static void
@@ -285,7 +289,7 @@ relcache_callback(Datum arg, Oid relid)
 static void
 forget_plans(void)
 {
-	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_delete, &plan_update,
+	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_delete, &plan_update, &plan_floor,
 	&plan_sweep};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
@@ -326,9 +330,14 @@ lookup_table(Oid fn_oid)
 		forget_plans();
 		if (lease_table != NULL)
 			pfree(lease_table);
+		if (floor_table != NULL)
+			pfree(floor_table);
 		lease_table = MemoryContextStrdup(TopMemoryContext,
 										  quote_qualified_identifier(get_namespace_name(nsp),
 																	 "dlock_leases"));
+		floor_table = MemoryContextStrdup(TopMemoryContext,
+										  quote_qualified_identifier(get_namespace_name(nsp),
+																	 "dlock_token_floor"));
 		plans_relid = relid;
 	}
 	if (!callback_registered)
@@ -562,6 +571,7 @@ load_rows(void)
 {
 	AsOwner		saved;
 	uint64		max_token = 0;
+	uint64		floor;
 	int64		mono_now;
 	TimestampTz wall_now;
 	text	   *prev = NULL;
@@ -666,12 +676,23 @@ load_rows(void)
 		ereport(LOG,
 				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
 						stale, invalid, lease_table)));
+	/* tokens issued here before a pg_upgrade or restore: see dlock--1.0.sql */
+	if (SPI_execute(psprintf("SELECT pg_catalog.max(floor) FROM %s", floor_table),
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the dlock token floor");
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		floor = isnull ? 0 : (uint64) Max(DatumGetInt64(d), 0);
+	}
 	SpinLockAcquire(&dbs->mutex);
 	my_slot->dead_rows += (int) Min(dead + stale, INT_MAX / 2);
+	my_slot->token_floor = floor;
 	SpinLockRelease(&dbs->mutex);
 	PopActiveSnapshot();
 	spi_end(&saved);
-	raise_token_floor(max_token + 1);
+	raise_token_floor(Max(max_token + 1, floor));
 }
 
 static void
@@ -934,6 +955,90 @@ dlock_persist_hook_drops(void)
 {
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = drop_hook;
+}
+
+/* ---------------------------------------------------------------------
+ * The database's token floor (dlock_token_floor)
+ * --------------------------------------------------------------------- */
+
+/* a floor this transaction wrote, published to the slot at its commit */
+static uint64 pending_floor = 0;
+static int	pending_level = 0;
+
+static void
+floor_xact_callback(XactEvent event, void *arg)
+{
+	if (pending_floor == 0)
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
+		SpinLockAcquire(&dbs->mutex);
+		my_slot->token_floor = Max(my_slot->token_floor, pending_floor);
+		SpinLockRelease(&dbs->mutex);
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		pending_floor = 0;
+}
+
+static void
+floor_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (pending_floor == 0 || pending_level < level)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		pending_floor = 0;
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		pending_level = level - 1;
+}
+
+/*
+ * A token was just handed out in this database.  When it reaches the floor
+ * its table stores, the table is raised to every token reserved so far (so
+ * this happens about once per block of tokens), in the caller's transaction.
+ * A read-only transaction cannot write it: the next writable grant here
+ * does.
+ */
+void
+dlock_persist_note_token(uint64 token)
+{
+	static bool registered = false;
+	AsOwner		saved;
+	Datum		arg;
+	uint64		floor;
+
+	SpinLockAcquire(&dbs->mutex);
+	floor = my_slot->token_floor;
+	SpinLockRelease(&dbs->mutex);
+	if (token < floor || token < pending_floor || XactReadOnly || RecoveryInProgress())
+		return;
+	if (!registered)
+	{
+		RegisterXactCallback(floor_xact_callback, NULL);
+		RegisterSubXactCallback(floor_subxact_callback, NULL);
+		registered = true;
+	}
+	floor = pg_atomic_read_u64(&tokens->reserved_end);
+	arg = Int64GetDatum((int64) floor);
+	spi_begin(&saved, true, false);
+	if (plan_floor == NULL)
+	{
+		Oid			type = INT8OID;
+
+		plan_floor = SPI_prepare(psprintf("UPDATE %s SET floor = GREATEST(floor, $1)", floor_table),
+								 1, &type);
+		if (plan_floor == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan_floor);
+	}
+	if (SPI_execute_plan(plan_floor, &arg, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not raise the dlock token floor");
+	spi_end(&saved);
+	pending_floor = floor;
+	pending_level = GetCurrentTransactionNestLevel();
 }
 
 /* ---------------------------------------------------------------------

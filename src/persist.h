@@ -44,6 +44,7 @@ extern void dlock_persist_insert(const DLockKey *key, const DLockRow *row);
 extern int64 dlock_persist_update(const DLockKey *key, uint64 token,
 								  TimestampTz expires_at);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token);
+extern void dlock_persist_note_token(uint64 token);
 extern void dlock_persist_note_dead_row(Oid dbid);
 extern void dlock_persist_forget_dead_rows(void);
 extern int	dlock_persist_dead_databases(Oid *dbids, int max);
