@@ -145,6 +145,32 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM dlock_leases WHERE name LI
 	'0', 'dlock_sweep() deleted the rows');
 is($node->safe_psql('postgres', 'SELECT dlock_sweep()'), '0', 'a second sweep finds nothing');
 
+# a disabled worker is not woken by leases: 300 grants, each ending earlier
+# than every lease before it, cost its process no wake-ups (its voluntary
+# context switches stay flat; it used to be woken by each)
+my $wpid = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'dlock worker'});
+sub switches
+{
+	open(my $fh, '<', "/proc/$wpid/status") or return -1;
+	my ($n) = map { /^voluntary_ctxt_switches:\s+(\d+)/ ? $1 : () } <$fh>;
+	close $fh;
+	return $n;
+}
+my $sw_before = switches();
+$node->safe_psql('postgres', q{
+DO $$
+BEGIN
+	FOR g IN 1 .. 300 LOOP
+		PERFORM dlock_try('earlier-' || g, make_interval(secs => 1000 - g), 'o');
+		PERFORM pg_sleep(0.002);	-- one at a time, as the worker would see them
+	END LOOP;
+END $$});
+my $sw_after = switches();
+cmp_ok($sw_after - $sw_before, '<', 30,
+	"worker off: new earliest expiries do not wake it (" . ($sw_after - $sw_before) . " wake-ups for 300)");
+$node->safe_psql('postgres', "SELECT count(dlock_release('earlier-' || g, 'o')) FROM generate_series(1, 300) g");
+
 # --- pg_cron runs the sweep, with the worker off (minute granularity)
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
 $node->safe_psql('postgres',
