@@ -21,8 +21,10 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlogrecovery.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "common/controldata_utils.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/condition_variable.h"
@@ -222,7 +224,8 @@ typedef enum DbState
 typedef struct DbSlot
 {
 	Oid			dbid;			/* InvalidOid: free slot */
-	Oid			relid;			/* lease table the state was loaded from */
+	Oid			relid;			/* lease table the state was loaded from;
+								 * InvalidOid: not loaded since the start */
 	DbState		state;
 	int			loader_pid;
 	int			dead_rows;		/* rows of ended leases not yet deleted */
@@ -232,6 +235,8 @@ typedef struct DbSlots
 {
 	slock_t		mutex;
 	ConditionVariable cv;		/* broadcast when a load ends */
+	TimestampTz checkpoint_time;	/* of the checkpoint the server started
+									 * from; 0 if unknown */
 	DbSlot		slots[DLOCK_MAX_DATABASES];
 } DbSlots;
 
@@ -243,13 +248,25 @@ dlock_db_shmem_size(void)
 	return MAXALIGN(sizeof(DbSlots));
 }
 
+/*
+ * Runs in the postmaster, before recovery: pg_control still holds the last
+ * checkpoint of the server that ran before (crash recovery then writes a
+ * checkpoint of its own, in the new clock).
+ */
 void
 dlock_db_shmem_init(void *base)
 {
+	ControlFileData *control;
+	bool		crc_ok;
+
 	dbs = base;
 	memset(dbs, 0, sizeof(DbSlots));
 	SpinLockInit(&dbs->mutex);
 	ConditionVariableInit(&dbs->cv);
+	control = get_controlfile(DataDir, &crc_ok);
+	if (crc_ok)
+		dbs->checkpoint_time = time_t_to_timestamptz(control->checkPointCopy.time);
+	pfree(control);
 }
 
 /* ---------------------------------------------------------------------
@@ -490,12 +507,13 @@ purge_database(void)
 }
 
 /*
- * Restores one row's lease, unless the name already has a live lease of the
- * same owner and role.  Returns false when the table is full.
+ * Restores one row's lease, to end at expires, unless the name already has a
+ * live lease of the same owner and role.  Returns false when the table is
+ * full.
  */
 static bool
 restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
-			int64 mono_now, TimestampTz wall_now)
+			int64 expires)
 {
 	uint32		hash = dlock_key_hash(key);
 	LWLock	   *lock = dlock_partition_lock(hash);
@@ -538,8 +556,7 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
 			DLOCK_SHARED : DLOCK_EXCLUSIVE;
 		lease->durable = true;
 		lease->holder_pid = 0;
-		dlock_set_expires(lease, mono_now +
-						  (DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now));
+		dlock_set_expires(lease, expires);
 	}
 	else if (head != NULL)
 		dlock_drop_if_unused(head);
@@ -556,13 +573,26 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
  * only after a release it could not see).  Expired rows are not revived but
  * still count as newer.  Rows that break the table's rules (a name or owner
  * too long, token not positive, expiry not finite, unknown mode, permits
- * not positive) are skipped.
+ * not positive, ttl not within the limits) are skipped.
+ *
+ * The first rebuild since the server started (a restart, a crash or a
+ * promotion) cannot compare rows with its own clock, which may have been
+ * stepped while the server was down, or be a standby's: a row counts as
+ * live if it expires after the latest moment the old server is known to
+ * have reached, in that server's clock (its last commit replayed by archive
+ * recovery or a standby, or the checkpoint it left), and its lease runs its
+ * full ttl again from now, as etcd's leases do after a leader change.  A
+ * lease may so end late, never early.  A later rebuild (the extension was
+ * created again) judges rows by the clock of this server.
  */
 static void
-load_rows(void)
+load_rows(bool after_start)
 {
 	AsOwner		saved;
 	uint64		max_token = 0;
+	TimestampTz since = 0;
+	Oid			argtypes[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
 	int64		mono_now;
 	TimestampTz wall_now;
 	text	   *prev = NULL;
@@ -573,6 +603,7 @@ load_rows(void)
 	int64		dead = 0;
 	int64		stale = 0;
 	int64		invalid = 0;
+	int64		restored = 0;
 
 	spi_begin(&saved, false, true);
 
@@ -582,15 +613,21 @@ load_rows(void)
 	 * after promotion, and must not miss leases replayed since.
 	 */
 	PushActiveSnapshot(GetLatestSnapshot());
-	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
-							 " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
-							 " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(),"
-							 " pg_catalog.octet_length(name), pg_catalog.octet_length(owner),"
-							 " pg_catalog.isfinite(expires_at)"
-							 " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
-							 " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true)"
-							 " FROM %s ORDER BY name, token DESC", lease_table),
-					true, 0) != SPI_OK_SELECT)
+	if (after_start)
+		since = Max(GetLatestXTime(), dbs->checkpoint_time);
+	if (since == 0)
+		since = GetCurrentTimestamp();
+	args[0] = TimestampTzGetDatum(since);
+	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
+									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
+									   " expires_at OPERATOR(pg_catalog.>) $1,"
+									   " pg_catalog.octet_length(name), pg_catalog.octet_length(owner),"
+									   " pg_catalog.isfinite(expires_at)"
+									   " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
+									   " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true),"
+									   " ttl"
+									   " FROM %s ORDER BY name, token DESC", lease_table),
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 
 	mono_now = dlock_mono_now();
@@ -608,11 +645,14 @@ load_rows(void)
 		int32		name_len = DatumGetInt32(SPI_getbinval(tuple, desc, 11, &isnull));
 		int32		owner_len = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
 		bool		sound = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
+		int64		ttl = dlock_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 14, &isnull)));
 		bool		keep;
+		int64		expires;
 		DLockKey	key;
 
 		if (token <= 0 || name_len < 1 || name_len > DLOCK_NAME_MAX ||
-			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !sound)
+			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !sound ||
+			ttl <= 0 || ttl > DLOCK_TTL_MAX)
 		{
 			invalid++;
 			continue;
@@ -656,13 +696,25 @@ load_rows(void)
 			continue;
 		}
 		kept++;
+		restored++;
+		expires = mono_now + ttl;
+		if (!after_start)
+			expires = mono_now +
+				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
 		dlock_make_key(&key, VARDATA_ANY(name), name_len);
-		if (!restore_row(&key, tuple, desc, kind, mono_now, wall_now))
+		if (!restore_row(&key, tuple, desc, kind, expires))
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("dlock lease table is full while restoring leases"),
 					 errhint("Increase dlock.max_locks and restart the server.")));
 	}
+	if (after_start && SPI_processed > 0)
+		ereport(LOG,
+				(errmsg_plural("dlock restored " INT64_FORMAT " lease of %s, for its full ttl",
+							   "dlock restored " INT64_FORMAT " leases of %s, each for its full ttl",
+							   restored, restored, lease_table),
+				 errdetail("Rows that expired before %s, when the server that wrote them was last known to be running, belong to leases that had ended.",
+						   timestamptz_to_str(since))));
 	if (stale > 0 || invalid > 0)
 		ereport(LOG,
 				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
@@ -676,13 +728,13 @@ load_rows(void)
 }
 
 static void
-load_database(DbSlot *slot, Oid old_relid)
+load_database(DbSlot *slot, Oid old_relid, Oid relid)
 {
 	PG_TRY();
 	{
-		if (OidIsValid(old_relid) && old_relid != lease_relid)
+		if (OidIsValid(old_relid) && old_relid != relid)
 			purge_database();
-		load_rows();
+		load_rows(!OidIsValid(old_relid));
 	}
 	PG_CATCH();
 	{
@@ -696,6 +748,7 @@ load_database(DbSlot *slot, Oid old_relid)
 
 	SpinLockAcquire(&dbs->mutex);
 	slot->state = DB_LOADED;
+	slot->relid = relid;
 	SpinLockRelease(&dbs->mutex);
 	ConditionVariableBroadcast(&dbs->cv);
 }
@@ -730,17 +783,17 @@ dlock_persist_ensure_loaded(Oid fn_oid)
 			loader = my_slot->loader_pid;
 		else
 		{
+			/* relid changes only once loaded: a failed load is redone whole */
 			old_relid = my_slot->relid;
 			my_slot->state = DB_LOADING;
 			my_slot->loader_pid = MyProcPid;
-			my_slot->relid = lease_relid;
 			claimed = true;
 		}
 		SpinLockRelease(&dbs->mutex);
 
 		if (claimed)
 		{
-			load_database(my_slot, old_relid);
+			load_database(my_slot, old_relid, lease_relid);
 			break;
 		}
 		if (BackendPidGetProc(loader) == NULL)
@@ -869,6 +922,15 @@ dlock_persist_sweep_rows(void)
  * Row writes
  * --------------------------------------------------------------------- */
 
+static Datum
+ttl_datum(int64 ttl)
+{
+	Interval   *span = palloc0(sizeof(Interval));
+
+	span->time = ttl;
+	return IntervalPGetDatum(span);
+}
+
 /*
  * Runs a row statement of a lease operation.  Under REPEATABLE READ or
  * SERIALIZABLE the transaction's snapshot would hide rows committed since it
@@ -906,25 +968,25 @@ void
 dlock_persist_insert(const DLockKey *key, const DLockRow *row)
 {
 	AsOwner		saved;
-	Datum		args[9];
+	Datum		args[10];
 
 	spi_begin(&saved, true, false);
 	if (plan_write == NULL)
 	{
-		Oid			types[9] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID};
+		Oid			types[10] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, INTERVALOID};
 		const char *insert = " INSERT INTO %1$s"
-			" (name, owner, role, token, granted_at, expires_at, version, mode, permits)"
-			" VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8)";
+			" (name, owner, role, token, granted_at, expires_at, ttl, version, mode, permits)"
+			" VALUES ($1, $2, $3, $4, $5, $6, $10, $9, $7, $8)";
 
-		plan_write = prepare(insert, 9, types);
+		plan_write = prepare(insert, 10, types);
 		plan_takeover = prepare(psprintf("WITH older AS (DELETE FROM %%1$s"
 										 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 										 "SELECT ctid FROM %%1$s"
 										 " WHERE name OPERATOR(pg_catalog.=) $1"
 										 " AND token OPERATOR(pg_catalog.<) $4"
 										 " FOR UPDATE SKIP LOCKED)))%s", insert),
-								9, types);
+								10, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
@@ -935,8 +997,9 @@ dlock_persist_insert(const DLockKey *key, const DLockRow *row)
 	args[6] = PointerGetDatum(cstring_to_text(dlock_mode_name(row->mode)));
 	args[7] = Int32GetDatum(row->permits);
 	args[8] = Int64GetDatum(row->version);
+	args[9] = ttl_datum(row->ttl);
 	if (execute(row->takeover ? plan_takeover : plan_write, args,
-				row->permits == 0 ? "       n " : NULL, 0) != SPI_OK_INSERT ||
+				row->permits == 0 ? "       n  " : NULL, 0) != SPI_OK_INSERT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
 	spi_end(&saved);
@@ -944,33 +1007,35 @@ dlock_persist_insert(const DLockKey *key, const DLockRow *row)
 }
 
 /*
- * Moves the expiry of a lease's row (an extension or renewal).  The update
- * waits for any other transaction writing the row, so row versions follow
- * commit order.  It never creates a row: if the row is gone (released from
- * another session), nothing is written.  Returns the row's new version, or
- * 0.
+ * Moves the expiry of a lease's row, and its ttl (an extension or renewal).
+ * The update waits for any other transaction writing the row, so row
+ * versions follow commit order.  It never creates a row: if the row is gone
+ * (released from another session), nothing is written.  Returns the row's
+ * new version, or 0.
  */
 int64
-dlock_persist_update(const DLockKey *key, uint64 token, TimestampTz expires_at)
+dlock_persist_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
+					 int64 ttl)
 {
 	AsOwner		saved;
-	Datum		args[3];
+	Datum		args[4];
 	int64		version = 0;
 
 	spi_begin(&saved, true, false);
 	if (plan_update == NULL)
 	{
-		Oid			types[3] = {TEXTOID, INT8OID, TIMESTAMPTZOID};
+		Oid			types[4] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID};
 
-		plan_update = prepare("UPDATE %s SET expires_at = $3,"
+		plan_update = prepare("UPDATE %s SET expires_at = $3, ttl = $4,"
 							  " version = version OPERATOR(pg_catalog.+) 1"
 							  " WHERE name OPERATOR(pg_catalog.=) $1"
 							  " AND token OPERATOR(pg_catalog.=) $2"
-							  " RETURNING version", 3, types);
+							  " RETURNING version", 4, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
 	args[2] = TimestampTzGetDatum(expires_at);
+	args[3] = ttl_datum(ttl);
 	if (execute(plan_update, args, NULL, 1) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update a dlock lease row");
 	if (SPI_processed == 1)

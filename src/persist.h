@@ -29,6 +29,7 @@ typedef struct DLockRow
 	uint64		token;
 	TimestampTz granted_at;
 	TimestampTz expires_at;
+	int64		ttl;			/* microseconds */
 	int64		version;
 	DLockMode	mode;
 	int32		permits;
@@ -39,7 +40,7 @@ typedef struct DLockRow
 extern TransactionId dlock_persist_xid(void);
 extern void dlock_persist_insert(const DLockKey *key, const DLockRow *row);
 extern int64 dlock_persist_update(const DLockKey *key, uint64 token,
-								  TimestampTz expires_at);
+								  TimestampTz expires_at, int64 ttl);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token);
 extern void dlock_persist_note_dead_row(Oid dbid);
 extern int	dlock_persist_dead_databases(Oid *dbids, int max);
