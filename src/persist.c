@@ -45,6 +45,7 @@
 #include "port/atomics.h"
 
 #include "persist.h"
+#include "worker.h"
 
 /* ---------------------------------------------------------------------
  * Token allocator
@@ -229,6 +230,8 @@ typedef struct DbSlot
 	DbState		state;
 	int			loader_pid;
 	int			dead_rows;		/* rows of ended leases not yet deleted */
+	bool		stale_expiries;	/* rows of restored leases may still hold
+								 * the old server's expiry */
 } DbSlot;
 
 typedef struct DbSlots
@@ -282,6 +285,7 @@ static SPIPlanPtr plan_takeover = NULL;
 static SPIPlanPtr plan_delete = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_sweep = NULL;
+static SPIPlanPtr plan_move = NULL;
 static DbSlot *my_slot = NULL;
 
 static void
@@ -295,7 +299,7 @@ static void
 forget_plans(void)
 {
 	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_delete, &plan_update,
-	&plan_sweep};
+	&plan_sweep, &plan_move};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
 	{
@@ -721,10 +725,15 @@ load_rows(bool after_start)
 						stale, invalid, lease_table)));
 	SpinLockAcquire(&dbs->mutex);
 	my_slot->dead_rows += (int) Min(dead + stale, INT_MAX / 2);
+	if (after_start && restored > 0)
+		my_slot->stale_expiries = true;
 	SpinLockRelease(&dbs->mutex);
 	PopActiveSnapshot();
 	spi_end(&saved);
 	raise_token_floor(max_token + 1);
+	/* a sweeper moves the restored leases' rows to this clock */
+	if (after_start && restored > 0)
+		dlock_worker_wake();
 }
 
 static void
@@ -830,7 +839,7 @@ dlock_persist_note_dead_row(Oid dbid)
 	SpinLockRelease(&dbs->mutex);
 }
 
-/* The databases with rows to delete, for the worker to send a sweeper. */
+/* The databases with rows to delete or move, for the worker to send a sweeper. */
 int
 dlock_persist_dead_databases(Oid *dbids, int max)
 {
@@ -839,7 +848,8 @@ dlock_persist_dead_databases(Oid *dbids, int max)
 	SpinLockAcquire(&dbs->mutex);
 	for (int i = 0; i < DLOCK_MAX_DATABASES && n < max; i++)
 	{
-		if (dbs->slots[i].dbid != InvalidOid && dbs->slots[i].dead_rows > 0)
+		if (dbs->slots[i].dbid != InvalidOid &&
+			(dbs->slots[i].dead_rows > 0 || dbs->slots[i].stale_expiries))
 			dbids[n++] = dbs->slots[i].dbid;
 	}
 	SpinLockRelease(&dbs->mutex);
@@ -851,23 +861,36 @@ dlock_persist_dead_databases(Oid *dbids, int max)
  * Shared memory decides what ended: a row whose lease is still held there
  * (renewed meanwhile, pinned by an open renewal, or inside its lock-delay)
  * is kept even if the wall clock says otherwise.  Returns rows deleted.
+ *
+ * A kept row whose lease shared memory holds for longer than the row says
+ * (a rebuild gave it its ttl again, or the wall clock was stepped forward
+ * since the row was written) gets the expiry memory holds, in this clock,
+ * by the same compare-and-set: a later rebuild judges the lease by its row.
+ * After a rebuild, every row is looked at once, not only those the wall
+ * clock says expired.
  */
 int64
 dlock_persist_sweep_rows(void)
 {
 	AsOwner		saved;
-	Datum		args[3];
+	Datum		args[4];
 	int64		deleted = 0;
+	int64		moved = 0;
 	uint64		nrows;
 	SPITupleTable *rows;
+	bool		all_rows;
 
 	SpinLockAcquire(&dbs->mutex);
 	my_slot->dead_rows = 0;
 	SpinLockRelease(&dbs->mutex);
 
 	spi_begin(&saved, true, true);
-	if (SPI_execute(psprintf("SELECT name, token, version FROM %s"
-							 " WHERE expires_at <= clock_timestamp()", lease_table),
+	SpinLockAcquire(&dbs->mutex);
+	all_rows = my_slot->stale_expiries;
+	my_slot->stale_expiries = false;
+	SpinLockRelease(&dbs->mutex);
+	if (SPI_execute(psprintf("SELECT name, token, version, expires_at FROM %s%s", lease_table,
+							 all_rows ? "" : " WHERE expires_at <= clock_timestamp()"),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	nrows = SPI_processed;
@@ -877,6 +900,9 @@ dlock_persist_sweep_rows(void)
 		bool		isnull;
 		text	   *name = DatumGetTextPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
 		uint64		token = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
+		int64		version = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull));
+		TimestampTz row_expires = DatumGetTimestampTz(SPI_getbinval(rows->vals[i], rows->tupdesc, 4, &isnull));
+		TimestampTz held_until = 0;
 		DLockKey	key;
 		uint32		hash;
 		DLockEntry *lease;
@@ -887,19 +913,42 @@ dlock_persist_sweep_rows(void)
 		LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
 		lease = dlock_find_lease(&key, hash, token);
 		ended = (lease == NULL || dlock_is_free(lease, dlock_mono_now()));
+		if (!ended && lease->durable && lease->version == version)
+			held_until = dlock_mono_to_wall(lease->expires, dlock_mono_now(),
+											GetCurrentTimestamp());
 		LWLockRelease(dlock_partition_lock(hash));
-		if (!ended)
+		/* a second is below any clock step worth a write */
+		if (!ended && held_until <= row_expires + USECS_PER_SEC)
 			continue;
-
-		args[0] = PointerGetDatum(name);
-		args[1] = Int64GetDatum((int64) token);
-		args[2] = SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull);
 
 		/*
 		 * A row someone has locked (a grant clearing the name's old rows, a
-		 * release) is left for the next sweep: waiting for it, with the
-		 * rows deleted so far still locked, could deadlock with that writer.
+		 * release, a renewal) is left for the next sweep: waiting for it,
+		 * with the rows written so far still locked, could deadlock with
+		 * that writer.
 		 */
+		args[0] = PointerGetDatum(name);
+		args[1] = Int64GetDatum((int64) token);
+		args[2] = Int64GetDatum(version);
+		if (!ended)
+		{
+			if (plan_move == NULL)
+			{
+				Oid			types[4] = {TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID};
+
+				plan_move = prepare("UPDATE %1$s SET expires_at = $4"
+									" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+									"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
+									" AND token OPERATOR(pg_catalog.=) $2"
+									" AND version OPERATOR(pg_catalog.=) $3"
+									" FOR UPDATE SKIP LOCKED))", 4, types);
+			}
+			args[3] = TimestampTzGetDatum(held_until);
+			if (SPI_execute_plan(plan_move, args, NULL, false, 0) != SPI_OK_UPDATE)
+				elog(ERROR, "could not update a dlock lease row");
+			moved += SPI_processed;
+			continue;
+		}
 		if (plan_sweep == NULL)
 		{
 			Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
@@ -915,6 +964,9 @@ dlock_persist_sweep_rows(void)
 		deleted += SPI_processed;
 	}
 	spi_end(&saved);
+	/* a moved row is what the next rebuild trusts */
+	if (moved > 0)
+		ForceSyncCommit();
 	return deleted;
 }
 

@@ -27,6 +27,11 @@
 #     one keeps the time it has left.
 #  f. A first rebuild after a restart that fails (cancelled while it waits
 #     for a lock on the table) is redone as a first rebuild.
+#  g. A restored lease's row still has the old server's expiry; a sweep
+#     writes the expiry shared memory holds into it, so a second restart,
+#     with the clock ahead of the row's old expiry, restores the lease again.
+#  h. Without libfaketime and with the worker on: the worker's sweeper does
+#     that by itself after a rebuild.
 # libfaketime and PostgreSQL 15 do not fully agree: code that runs in a
 # signal handler while the process waits can see the real clock, and so can
 # processes the postmaster starts from its signal handlers (background
@@ -131,6 +136,14 @@ sub ends_on_time
 	cmp_ok($ended, '<', $secs + 3, "$what: $name ended on time (after ${\ sprintf('%.2f', $ended)} s)");
 	$node->safe_psql('postgres', "SELECT dlock_release('$name', 'other')");
 	return;
+}
+
+# A query: whether the row of $name's lease says what shared memory does.
+sub row_agrees
+{
+	my ($name) = @_;
+	return "SELECT abs(extract(epoch FROM r.expires_at - l.expires_at)) < 1"
+	  . " FROM dlock_leases r JOIN dlock_locks l USING (name, token) WHERE name = '$name'";
 }
 
 # The moment the first rebuild since $offset in the log judged rows by,
@@ -325,6 +338,44 @@ $after = leases($node);
 like($after, qr/^late:A:3:(3599|3600)$/,
 	'f: done again, it still judges rows by the shutdown checkpoint and gives the lease its full ttl')
   or diag("leases: $after");
+$node->safe_psql('postgres', "SELECT dlock_release('late', 'A')");
+
+###
+### g. a second restart soon after the first
+###
+($held) = take($node, 'twice', 'A', 20);
+$node->stop('fast');
+set_clock($node, 10800);
+start_faked($node);
+$after = leases($node);
+like($after, qr/^twice:A:$held:(19|20)$/, 'g: after a restart 1 more hour ahead, the lease is back for 20 s')
+  or diag("leases: $after");
+is($node->safe_psql('postgres', row_agrees('twice')), 'f', "g: its row still has the old server's expiry");
+$node->safe_psql('postgres', 'SELECT dlock_sweep()');
+is($node->safe_psql('postgres', row_agrees('twice')), 't', 'g: a sweep writes the expiry shared memory holds into the row');
+# its shutdown checkpoint is in the new clock, past the row's old expiry
+$node->stop('fast');
+start_faked($node);
+$after = leases($node);
+like($after, qr/^twice:A:$held:(19|20)$/, 'g: after a second restart, the lease is back again for 20 s')
+  or diag("leases: $after");
+
+###
+### h. the worker sends the sweep itself (no libfaketime here: see above)
+###
+my $plain = PostgreSQL::Test::Cluster->new('plain');
+$plain->init;
+$plain->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
+($held) = take($plain, 'moved', 'A', 60);
+# the rebuild then runs the lease longer than its row says
+sleep 2;
+$plain->restart;
+like(leases($plain), qr/^moved:A:$held:(59|60)$/, 'h: after a restart, the lease is back for 60 s');
+ok($plain->poll_query_until('postgres', row_agrees('moved')),
+	"h: the worker's sweeper writes the expiry shared memory holds into the row");
+$plain->stop;
 
 $node->stop;
 done_testing();
