@@ -18,6 +18,8 @@ CREATE TABLE dlock_leases (
 	token bigint NOT NULL,
 	granted_at timestamptz NOT NULL,
 	expires_at timestamptz NOT NULL,
+	ttl interval NOT NULL,		-- of the last grant or renewal: a rebuild
+								-- after a restart runs the lease this long
 	version bigint NOT NULL,
 	mode text NOT NULL,			-- 'exclusive' or 'shared'
 	permits integer,			-- a semaphore's size; NULL for a plain lock

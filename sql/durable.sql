@@ -1,16 +1,18 @@
 -- Durable leases are mirrored in dlock_leases, each change a new row version.
 SELECT dlock_try('d1', '1 minute', 'o1') AS t1 \gset
 SELECT owner, token = :t1 AS token_ok, version,
-       date_trunc('second', expires_at - granted_at + interval '1 millisecond') AS ttl
+       date_trunc('second', expires_at - granted_at + interval '1 millisecond') AS ttl,
+       ttl AS row_ttl
 FROM dlock_leases WHERE name = 'd1';
 SELECT version, durable FROM dlock_locks WHERE name = 'd1';
 
--- renewal and re-acquisition bump the version; the token stays
+-- renewal and re-acquisition bump the version and store their ttl; the
+-- token stays
 SELECT dlock_renew('d1', '2 minutes', 'o1') IS NOT NULL;
-SELECT token = :t1 AS token_ok, version, expires_at - granted_at > '119 seconds' AS renewed
+SELECT token = :t1 AS token_ok, version, expires_at - granted_at > '119 seconds' AS renewed, ttl
 FROM dlock_leases WHERE name = 'd1';
 SELECT dlock_try('d1', '3 minutes', 'o1') = :t1 AS same_token;
-SELECT version FROM dlock_leases WHERE name = 'd1';
+SELECT version, ttl FROM dlock_leases WHERE name = 'd1';
 SELECT version FROM dlock_locks WHERE name = 'd1';
 
 -- release deletes the row; a rolled-back grant leaves none
@@ -62,7 +64,7 @@ SELECT dlock_release('m2', 'o1');
 CREATE ROLE dlock_app;
 SET ROLE dlock_app;
 SELECT dlock_try('app-lease', '1 minute', 'app') IS NOT NULL AS app_can_lock;
-INSERT INTO dlock_leases VALUES ('forged', 'me', 0, 1, now(), now() + interval '1 hour', 1);
+INSERT INTO dlock_leases VALUES ('forged', 'me', 0, 1, now(), now() + interval '1 hour', interval '1 hour', 1);
 UPDATE dlock_leases SET expires_at = now() + interval '1 year';
 DELETE FROM dlock_leases;
 SELECT count(*) FROM dlock_leases;

@@ -32,4 +32,7 @@ extern int	dlock_token_block;
 /* Raises a clean ERROR when the library was not preloaded. */
 extern void dlock_require_preload(void);
 
+/* An interval in microseconds, a month counted as 30 days; saturates. */
+extern int64 dlock_interval_usecs(const Interval *span);
+
 #endif							/* DLOCK_H */

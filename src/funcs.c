@@ -80,8 +80,8 @@ dlock_owner(PG_FUNCTION_ARGS)
  * saturates at the bound on the interval's side, so a huge negative interval
  * stays negative.
  */
-static int64
-interval_usecs(Interval *span)
+int64
+dlock_interval_usecs(const Interval *span)
 {
 	int64		days;
 	int64		result;
@@ -107,7 +107,7 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
 	if (PG_ARGISNULL(argno))
 		return (int64) dlock_default_ttl_ms * 1000;
 
-	ttl = interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	ttl = dlock_interval_usecs(PG_GETARG_INTERVAL_P(argno));
 	if (ttl > DLOCK_TTL_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -128,7 +128,7 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 
 	if (PG_ARGISNULL(argno))
 		return -1;
-	timeout = interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	timeout = dlock_interval_usecs(PG_GETARG_INTERVAL_P(argno));
 	if (timeout == PG_INT64_MAX)
 		return -1;				/* longer than anyone can wait */
 	if (timeout < 0)

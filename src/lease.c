@@ -121,7 +121,7 @@ own_lease(DLockEntry *head, const DLockRequest *req, int64 now)
 
 /*
  * What the row of a durable lease says, taken under its partition lock;
- * expires_at is filled in by write_row().
+ * expires_at and ttl are filled in by insert_row().
  */
 static void
 fill_row(DLockRow *row, const DLockEntry *lease, int64 version)
@@ -140,6 +140,7 @@ static void
 insert_row(const DLockRequest *req, DLockRow *row, int64 expires, int64 now)
 {
 	row->expires_at = dlock_mono_to_wall(expires, now, GetCurrentTimestamp());
+	row->ttl = req->ttl;
 	dlock_persist_insert(&req->key, row);
 }
 
@@ -232,7 +233,8 @@ extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
 	}
 	else if (durable)
 		version = dlock_persist_update(&req->key, token,
-									   dlock_mono_to_wall(expires, now, GetCurrentTimestamp()));
+									   dlock_mono_to_wall(expires, now, GetCurrentTimestamp()),
+									   req->ttl);
 	else
 		version = 0;
 	dlock_xact_renew_set(op, token, expires, version);
@@ -538,7 +540,7 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	dlock_xact_renew_set(op, held.token, now + req->ttl, 0);
 	if (held.durable)
 	{
-		version = dlock_persist_update(&req->key, held.token, *expires_at);
+		version = dlock_persist_update(&req->key, held.token, *expires_at, req->ttl);
 		dlock_xact_renew_set(op, held.token, now + req->ttl, version);
 		/* its row is gone: released from another session meanwhile */
 		if (version == 0)

@@ -21,12 +21,14 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlogrecovery.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
+#include "common/controldata_utils.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -47,6 +49,7 @@
 
 #include "persist.h"
 #include "wait.h"
+#include "worker.h"
 
 /* ---------------------------------------------------------------------
  * Token allocator
@@ -228,18 +231,23 @@ typedef enum DbState
 typedef struct DbSlot
 {
 	Oid			dbid;			/* InvalidOid: free slot */
-	Oid			relid;			/* lease table the state was loaded from */
+	Oid			relid;			/* lease table the state was loaded from;
+								 * InvalidOid: not loaded since the start */
 	DbState		state;
 	int			loader_pid;
 	int			dead_rows;		/* rows of ended leases not yet deleted */
 	uint64		token_floor;	/* what its dlock_token_floor says, as last
 								 * read or committed */
+	bool		stale_expiries;	/* rows of restored leases may still hold
+								 * the old server's expiry */
 } DbSlot;
 
 typedef struct DbSlots
 {
 	slock_t		mutex;
 	ConditionVariable cv;		/* broadcast when a load ends */
+	TimestampTz checkpoint_time;	/* of the checkpoint the server started
+									 * from; 0 if unknown */
 	DbSlot		slots[DLOCK_MAX_DATABASES];
 } DbSlots;
 
@@ -251,15 +259,27 @@ dlock_db_shmem_size(void)
 	return MAXALIGN(sizeof(DbSlots));
 }
 
+/*
+ * Runs in the postmaster, before recovery: pg_control still holds the last
+ * checkpoint of the server that ran before (crash recovery then writes a
+ * checkpoint of its own, in the new clock).
+ */
 void
 dlock_db_shmem_init(void *base, bool found)
 {
+	ControlFileData *control;
+	bool		crc_ok;
+
 	dbs = base;
 	if (found)
 		return;
 	memset(dbs, 0, sizeof(DbSlots));
 	SpinLockInit(&dbs->mutex);
 	ConditionVariableInit(&dbs->cv);
+	control = get_controlfile(DataDir, &crc_ok);
+	if (crc_ok)
+		dbs->checkpoint_time = time_t_to_timestamptz(control->checkPointCopy.time);
+	pfree(control);
 }
 
 /* ---------------------------------------------------------------------
@@ -277,6 +297,7 @@ static SPIPlanPtr plan_delete = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_sweep = NULL;
 static SPIPlanPtr plan_floor = NULL;
+static SPIPlanPtr plan_move = NULL;
 static DbSlot *my_slot = NULL;
 
 static void
@@ -290,7 +311,7 @@ static void
 forget_plans(void)
 {
 	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_delete, &plan_update, &plan_floor,
-	&plan_sweep};
+	&plan_sweep, &plan_move};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
 	{
@@ -498,12 +519,13 @@ purge_database(Oid dbid)
 }
 
 /*
- * Restores one row's lease, unless the name already has a live lease of the
- * same owner and role.  Returns false when the table is full.
+ * Restores one row's lease, to end at expires, unless the name already has a
+ * live lease of the same owner and role.  Returns false when the table is
+ * full.
  */
 static bool
 restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
-			int64 mono_now, TimestampTz wall_now)
+			int64 expires)
 {
 	uint32		hash = dlock_key_hash(key);
 	LWLock	   *lock = dlock_partition_lock(hash);
@@ -546,8 +568,7 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
 			DLOCK_SHARED : DLOCK_EXCLUSIVE;
 		lease->durable = true;
 		lease->holder_pid = 0;
-		dlock_set_expires(lease, mono_now +
-						  (DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now));
+		dlock_set_expires(lease, expires);
 	}
 	else if (head != NULL)
 		dlock_drop_if_unused(head);
@@ -564,14 +585,27 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
  * only after a release it could not see).  Expired rows are not revived but
  * still count as newer.  Rows that break the table's rules (a name or owner
  * too long, token not positive, expiry not finite, unknown mode, permits
- * not positive) are skipped.
+ * not positive, ttl not within the limits) are skipped.
+ *
+ * The first rebuild since the server started (a restart, a crash or a
+ * promotion) cannot compare rows with its own clock, which may have been
+ * stepped while the server was down, or be a standby's: a row counts as
+ * live if it expires after the latest moment the old server is known to
+ * have reached, in that server's clock (its last commit replayed by archive
+ * recovery or a standby, or the checkpoint it left), and its lease runs its
+ * full ttl again from now, as etcd's leases do after a leader change.  A
+ * lease may so end late, never early.  A later rebuild (the extension was
+ * created again) judges rows by the clock of this server.
  */
 static void
-load_rows(void)
+load_rows(bool after_start)
 {
 	AsOwner		saved;
 	uint64		max_token = 0;
 	uint64		floor;
+	TimestampTz since = 0;
+	Oid			argtypes[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
 	int64		mono_now;
 	TimestampTz wall_now;
 	text	   *prev = NULL;
@@ -582,6 +616,7 @@ load_rows(void)
 	int64		dead = 0;
 	int64		stale = 0;
 	int64		invalid = 0;
+	int64		restored = 0;
 
 	spi_begin(&saved, false, true);
 
@@ -591,15 +626,21 @@ load_rows(void)
 	 * after promotion, and must not miss leases replayed since.
 	 */
 	PushActiveSnapshot(GetLatestSnapshot());
-	if (SPI_execute(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
-							 " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
-							 " expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(),"
-							 " pg_catalog.octet_length(name), pg_catalog.octet_length(owner),"
-							 " pg_catalog.isfinite(expires_at)"
-							 " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
-							 " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true)"
-							 " FROM %s ORDER BY name, token DESC", lease_table),
-					true, 0) != SPI_OK_SELECT)
+	if (after_start)
+		since = Max(GetLatestXTime(), dbs->checkpoint_time);
+	if (since == 0)
+		since = GetCurrentTimestamp();
+	args[0] = TimestampTzGetDatum(since);
+	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
+									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
+									   " expires_at OPERATOR(pg_catalog.>) $1,"
+									   " pg_catalog.octet_length(name), pg_catalog.octet_length(owner),"
+									   " pg_catalog.isfinite(expires_at)"
+									   " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
+									   " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true),"
+									   " ttl"
+									   " FROM %s ORDER BY name, token DESC", lease_table),
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 
 	mono_now = dlock_mono_now();
@@ -617,11 +658,14 @@ load_rows(void)
 		int32		name_len = DatumGetInt32(SPI_getbinval(tuple, desc, 11, &isnull));
 		int32		owner_len = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
 		bool		sound = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
+		int64		ttl = dlock_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 14, &isnull)));
 		bool		keep;
+		int64		expires;
 		DLockKey	key;
 
 		if (token <= 0 || name_len < 1 || name_len > DLOCK_NAME_MAX ||
-			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !sound)
+			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !sound ||
+			ttl <= 0 || ttl > DLOCK_TTL_MAX)
 		{
 			invalid++;
 			continue;
@@ -665,13 +709,25 @@ load_rows(void)
 			continue;
 		}
 		kept++;
+		restored++;
+		expires = mono_now + ttl;
+		if (!after_start)
+			expires = mono_now +
+				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
 		dlock_make_key(&key, VARDATA_ANY(name), name_len);
-		if (!restore_row(&key, tuple, desc, kind, mono_now, wall_now))
+		if (!restore_row(&key, tuple, desc, kind, expires))
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("dlock lease table is full while restoring leases"),
 					 errhint("Increase dlock.max_locks and restart the server.")));
 	}
+	if (after_start && SPI_processed > 0)
+		ereport(LOG,
+				(errmsg_plural("dlock restored " INT64_FORMAT " lease of %s, for its full ttl",
+							   "dlock restored " INT64_FORMAT " leases of %s, each for its full ttl",
+							   restored, restored, lease_table),
+				 errdetail("Rows that expired before %s, when the server that wrote them was last known to be running, belong to leases that had ended.",
+						   timestamptz_to_str(since))));
 	if (stale > 0 || invalid > 0)
 		ereport(LOG,
 				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
@@ -689,20 +745,25 @@ load_rows(void)
 	SpinLockAcquire(&dbs->mutex);
 	my_slot->dead_rows += (int) Min(dead + stale, INT_MAX / 2);
 	my_slot->token_floor = floor;
+	if (after_start && restored > 0)
+		my_slot->stale_expiries = true;
 	SpinLockRelease(&dbs->mutex);
 	PopActiveSnapshot();
 	spi_end(&saved);
 	raise_token_floor(Max(max_token + 1, floor));
+	/* a sweeper moves the restored leases' rows to this clock */
+	if (after_start && restored > 0)
+		dlock_worker_wake();
 }
 
 static void
-load_database(DbSlot *slot, Oid old_relid)
+load_database(DbSlot *slot, Oid old_relid, Oid relid)
 {
 	PG_TRY();
 	{
-		if (OidIsValid(old_relid) && old_relid != lease_relid)
+		if (OidIsValid(old_relid) && old_relid != relid)
 			purge_database(MyDatabaseId);
-		load_rows();
+		load_rows(!OidIsValid(old_relid));
 	}
 	PG_CATCH();
 	{
@@ -716,6 +777,7 @@ load_database(DbSlot *slot, Oid old_relid)
 
 	SpinLockAcquire(&dbs->mutex);
 	slot->state = DB_LOADED;
+	slot->relid = relid;
 	SpinLockRelease(&dbs->mutex);
 	ConditionVariableBroadcast(&dbs->cv);
 }
@@ -750,17 +812,17 @@ dlock_persist_ensure_loaded(Oid fn_oid)
 			loader = my_slot->loader_pid;
 		else
 		{
+			/* relid changes only once loaded: a failed load is redone whole */
 			old_relid = my_slot->relid;
 			my_slot->state = DB_LOADING;
 			my_slot->loader_pid = MyProcPid;
-			my_slot->relid = lease_relid;
 			claimed = true;
 		}
 		SpinLockRelease(&dbs->mutex);
 
 		if (claimed)
 		{
-			load_database(my_slot, old_relid);
+			load_database(my_slot, old_relid, lease_relid);
 			break;
 		}
 		if (BackendPidGetProc(loader) == NULL)
@@ -1074,7 +1136,7 @@ dlock_persist_forget_dead_rows(void)
 	SpinLockRelease(&dbs->mutex);
 }
 
-/* The databases with rows to delete, for the worker to send a sweeper. */
+/* The databases with rows to delete or move, for the worker to send a sweeper. */
 int
 dlock_persist_dead_databases(Oid *dbids, int max)
 {
@@ -1083,7 +1145,8 @@ dlock_persist_dead_databases(Oid *dbids, int max)
 	SpinLockAcquire(&dbs->mutex);
 	for (int i = 0; i < DLOCK_MAX_DATABASES && n < max; i++)
 	{
-		if (dbs->slots[i].dbid != InvalidOid && dbs->slots[i].dead_rows > 0)
+		if (dbs->slots[i].dbid != InvalidOid &&
+			(dbs->slots[i].dead_rows > 0 || dbs->slots[i].stale_expiries))
 			dbids[n++] = dbs->slots[i].dbid;
 	}
 	SpinLockRelease(&dbs->mutex);
@@ -1095,23 +1158,36 @@ dlock_persist_dead_databases(Oid *dbids, int max)
  * Shared memory decides what ended: a row whose lease is still held there
  * (renewed meanwhile, pinned by an open renewal, or inside its lock-delay)
  * is kept even if the wall clock says otherwise.  Returns rows deleted.
+ *
+ * A kept row whose lease shared memory holds for longer than the row says
+ * (a rebuild gave it its ttl again, or the wall clock was stepped forward
+ * since the row was written) gets the expiry memory holds, in this clock,
+ * by the same compare-and-set: a later rebuild judges the lease by its row.
+ * After a rebuild, every row is looked at once, not only those the wall
+ * clock says expired.
  */
 int64
 dlock_persist_sweep_rows(void)
 {
 	AsOwner		saved;
-	Datum		args[3];
+	Datum		args[4];
 	int64		deleted = 0;
+	int64		moved = 0;
 	uint64		nrows;
 	SPITupleTable *rows;
+	bool		all_rows;
 
 	SpinLockAcquire(&dbs->mutex);
 	my_slot->dead_rows = 0;
 	SpinLockRelease(&dbs->mutex);
 
 	spi_begin(&saved, true, true);
-	if (SPI_execute(psprintf("SELECT name, token, version FROM %s"
-							 " WHERE expires_at <= clock_timestamp()", lease_table),
+	SpinLockAcquire(&dbs->mutex);
+	all_rows = my_slot->stale_expiries;
+	my_slot->stale_expiries = false;
+	SpinLockRelease(&dbs->mutex);
+	if (SPI_execute(psprintf("SELECT name, token, version, expires_at FROM %s%s", lease_table,
+							 all_rows ? "" : " WHERE expires_at <= clock_timestamp()"),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	nrows = SPI_processed;
@@ -1121,6 +1197,9 @@ dlock_persist_sweep_rows(void)
 		bool		isnull;
 		text	   *name = DatumGetTextPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
 		uint64		token = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
+		int64		version = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull));
+		TimestampTz row_expires = DatumGetTimestampTz(SPI_getbinval(rows->vals[i], rows->tupdesc, 4, &isnull));
+		TimestampTz held_until = 0;
 		DLockKey	key;
 		uint32		hash;
 		DLockEntry *lease;
@@ -1131,19 +1210,42 @@ dlock_persist_sweep_rows(void)
 		LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
 		lease = dlock_find_lease(&key, hash, token);
 		ended = (lease == NULL || dlock_is_free(lease, dlock_mono_now()));
+		if (!ended && lease->durable && lease->version == version)
+			held_until = dlock_mono_to_wall(lease->expires, dlock_mono_now(),
+											GetCurrentTimestamp());
 		LWLockRelease(dlock_partition_lock(hash));
-		if (!ended)
+		/* a second is below any clock step worth a write */
+		if (!ended && held_until <= row_expires + USECS_PER_SEC)
 			continue;
-
-		args[0] = PointerGetDatum(name);
-		args[1] = Int64GetDatum((int64) token);
-		args[2] = SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull);
 
 		/*
 		 * A row someone has locked (a grant clearing the name's old rows, a
-		 * release) is left for the next sweep: waiting for it, with the
-		 * rows deleted so far still locked, could deadlock with that writer.
+		 * release, a renewal) is left for the next sweep: waiting for it,
+		 * with the rows written so far still locked, could deadlock with
+		 * that writer.
 		 */
+		args[0] = PointerGetDatum(name);
+		args[1] = Int64GetDatum((int64) token);
+		args[2] = Int64GetDatum(version);
+		if (!ended)
+		{
+			if (plan_move == NULL)
+			{
+				Oid			types[4] = {TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID};
+
+				plan_move = prepare("UPDATE %1$s SET expires_at = $4"
+									" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+									"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
+									" AND token OPERATOR(pg_catalog.=) $2"
+									" AND version OPERATOR(pg_catalog.=) $3"
+									" FOR UPDATE SKIP LOCKED))", 4, types);
+			}
+			args[3] = TimestampTzGetDatum(held_until);
+			if (SPI_execute_plan(plan_move, args, NULL, false, 0) != SPI_OK_UPDATE)
+				elog(ERROR, "could not update a dlock lease row");
+			moved += SPI_processed;
+			continue;
+		}
 		if (plan_sweep == NULL)
 		{
 			Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
@@ -1159,12 +1261,24 @@ dlock_persist_sweep_rows(void)
 		deleted += SPI_processed;
 	}
 	spi_end(&saved);
+	/* a moved row is what the next rebuild trusts */
+	if (moved > 0)
+		ForceSyncCommit();
 	return deleted;
 }
 
 /* ---------------------------------------------------------------------
  * Row writes
  * --------------------------------------------------------------------- */
+
+static Datum
+ttl_datum(int64 ttl)
+{
+	Interval   *span = palloc0(sizeof(Interval));
+
+	span->time = ttl;
+	return IntervalPGetDatum(span);
+}
 
 /*
  * Runs a row statement of a lease operation.  Under REPEATABLE READ or
@@ -1203,25 +1317,25 @@ void
 dlock_persist_insert(const DLockKey *key, const DLockRow *row)
 {
 	AsOwner		saved;
-	Datum		args[9];
+	Datum		args[10];
 
 	spi_begin(&saved, true, false);
 	if (plan_write == NULL)
 	{
-		Oid			types[9] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID};
+		Oid			types[10] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, INTERVALOID};
 		const char *insert = " INSERT INTO %1$s"
-			" (name, owner, role, token, granted_at, expires_at, version, mode, permits)"
-			" VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8)";
+			" (name, owner, role, token, granted_at, expires_at, ttl, version, mode, permits)"
+			" VALUES ($1, $2, $3, $4, $5, $6, $10, $9, $7, $8)";
 
-		plan_write = prepare(insert, 9, types);
+		plan_write = prepare(insert, 10, types);
 		plan_takeover = prepare(psprintf("WITH older AS (DELETE FROM %%1$s"
 										 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 										 "SELECT ctid FROM %%1$s"
 										 " WHERE name OPERATOR(pg_catalog.=) $1"
 										 " AND token OPERATOR(pg_catalog.<) $4"
 										 " FOR UPDATE SKIP LOCKED)))%s", insert),
-								9, types);
+								10, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
@@ -1232,8 +1346,9 @@ dlock_persist_insert(const DLockKey *key, const DLockRow *row)
 	args[6] = PointerGetDatum(cstring_to_text(dlock_mode_name(row->mode)));
 	args[7] = Int32GetDatum(row->permits);
 	args[8] = Int64GetDatum(row->version);
+	args[9] = ttl_datum(row->ttl);
 	if (execute(row->takeover ? plan_takeover : plan_write, args,
-				row->permits == 0 ? "       n " : NULL, 0) != SPI_OK_INSERT ||
+				row->permits == 0 ? "       n  " : NULL, 0) != SPI_OK_INSERT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
 	spi_end(&saved);
@@ -1241,33 +1356,35 @@ dlock_persist_insert(const DLockKey *key, const DLockRow *row)
 }
 
 /*
- * Moves the expiry of a lease's row (an extension or renewal).  The update
- * waits for any other transaction writing the row, so row versions follow
- * commit order.  It never creates a row: if the row is gone (released from
- * another session), nothing is written.  Returns the row's new version, or
- * 0.
+ * Moves the expiry of a lease's row, and its ttl (an extension or renewal).
+ * The update waits for any other transaction writing the row, so row
+ * versions follow commit order.  It never creates a row: if the row is gone
+ * (released from another session), nothing is written.  Returns the row's
+ * new version, or 0.
  */
 int64
-dlock_persist_update(const DLockKey *key, uint64 token, TimestampTz expires_at)
+dlock_persist_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
+					 int64 ttl)
 {
 	AsOwner		saved;
-	Datum		args[3];
+	Datum		args[4];
 	int64		version = 0;
 
 	spi_begin(&saved, true, false);
 	if (plan_update == NULL)
 	{
-		Oid			types[3] = {TEXTOID, INT8OID, TIMESTAMPTZOID};
+		Oid			types[4] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID};
 
-		plan_update = prepare("UPDATE %s SET expires_at = $3,"
+		plan_update = prepare("UPDATE %s SET expires_at = $3, ttl = $4,"
 							  " version = version OPERATOR(pg_catalog.+) 1"
 							  " WHERE name OPERATOR(pg_catalog.=) $1"
 							  " AND token OPERATOR(pg_catalog.=) $2"
-							  " RETURNING version", 3, types);
+							  " RETURNING version", 4, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
 	args[2] = TimestampTzGetDatum(expires_at);
+	args[3] = ttl_datum(ttl);
 	if (execute(plan_update, args, NULL, 1) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update a dlock lease row");
 	if (SPI_processed == 1)

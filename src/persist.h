@@ -32,6 +32,7 @@ typedef struct DLockRow
 	uint64		token;
 	TimestampTz granted_at;
 	TimestampTz expires_at;
+	int64		ttl;			/* microseconds */
 	int64		version;
 	DLockMode	mode;
 	int32		permits;
@@ -42,7 +43,7 @@ typedef struct DLockRow
 extern TransactionId dlock_persist_xid(void);
 extern void dlock_persist_insert(const DLockKey *key, const DLockRow *row);
 extern int64 dlock_persist_update(const DLockKey *key, uint64 token,
-								  TimestampTz expires_at);
+								  TimestampTz expires_at, int64 ttl);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token);
 extern void dlock_persist_note_token(uint64 token);
 extern void dlock_persist_note_dead_row(Oid dbid);

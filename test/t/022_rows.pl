@@ -10,7 +10,8 @@
 #     rows older than a newer exclusive lease or than a newer declaration of
 #     the name's kind, beyond a semaphore's permits, or repeating an owner,
 #     are skipped (and logged), as are rows that break the table's rules
-#     (the table has no CHECK constraints: they cost too much per write);
+#     (the table has no CHECK constraints: they cost too much per write),
+#     a ttl out of bounds among them;
 #     tokens still go above every row.
 use strict;
 use warnings;
@@ -75,10 +76,11 @@ is(holders('m'), '', 'after a crash, the released m stays released');
 ### 2. the rebuild restores a consistent set
 ###
 $node->safe_psql('postgres', q{
-CREATE FUNCTION put(n text, o text, t bigint, m text, p int, ttl interval) RETURNS void
+CREATE FUNCTION put(n text, o text, t bigint, m text, p int, ttl interval,
+	row_ttl interval DEFAULT '1 hour') RETURNS void
 LANGUAGE sql AS $$
 	INSERT INTO dlock_leases VALUES (n, o, (SELECT oid FROM pg_roles WHERE rolname = current_user),
-		t, now() - interval '1 minute', now() + ttl, 1, m, p)
+		t, now() - interval '1 minute', now() + ttl, row_ttl, 1, m, p)
 $$;
 -- an exclusive lease, and a newer one: the older had ended
 SELECT put('g1', 'old', 100, 'exclusive', NULL, '1 hour');
@@ -105,6 +107,8 @@ SELECT put('g7', 'bad', -5, 'exclusive', NULL, '1 hour');
 SELECT put('g8', repeat('o', 129), 800, 'exclusive', NULL, '1 hour');
 SELECT put('g10', 'm', 1000, 'upgradable', NULL, '1 hour');
 SELECT put('g11', 'z', 1100, 'exclusive', 0, '1 hour');
+SELECT put('g12', 'z', 1200, 'exclusive', NULL, '1 hour', '0');
+SELECT put('g13', 'z', 1300, 'exclusive', NULL, '1 hour', '7 days 1 second');
 -- a healthy semaphore with a permit free
 SELECT put('g9', 'f1', 900, 'exclusive', 3, '1 hour');
 SELECT put('g9', 'f2', 901, 'exclusive', 3, '1 hour');
@@ -117,7 +121,7 @@ is(holders('g3'), 'p2:exclusive,p3:exclusive', 'rebuild: a semaphore of 2 gets i
 is(holders('g4'), 'q2:exclusive', 'rebuild: the newer declaration of the name wins');
 is(holders('g5'), '', 'rebuild: a reader older than an expired writer is not revived');
 is(holders('g6'), 'o:shared', 'rebuild: one lease per owner');
-is(holders('g7') . holders('g8') . holders('g10') . holders('g11'), '',
+is(holders('g7') . holders('g8') . holders('g10') . holders('g11') . holders('g12') . holders('g13'), '',
 	'rebuild: rows that break the rules are skipped');
 is(holders('g9'), 'f1:exclusive,f2:exclusive', 'rebuild: a healthy semaphore comes back whole');
 is($node->safe_psql('postgres', "SELECT dlock_try('g9', '1 minute', 'f3', permits => 3) IS NOT NULL"),
@@ -126,7 +130,7 @@ is($node->safe_psql('postgres', "SELECT dlock_try('g9', '1 minute', 'f4', permit
 	't', 'rebuild: and no more than its size');
 ok($node->safe_psql('postgres', "SELECT dlock_try('fresh', '1 minute', 'z') > 901"),
 	'rebuild: new tokens are above every row');
-ok($node->log_contains(qr/dlock skipped \d+ ended and 4 invalid lease rows/),
+ok($node->log_contains(qr/dlock skipped \d+ ended and 6 invalid lease rows/),
 	'rebuild: skipped rows are logged');
 
 # The fencing trigger may be the first dlock call after a restart: it loads

@@ -144,7 +144,7 @@ my $rows_before = $node->safe_psql('postgres', 'SELECT name, owner, token, versi
 
 my @denied = (
 	q{SELECT * FROM dlock_leases},
-	q{INSERT INTO dlock_leases VALUES ('x', 'o', 10, 1, now(), now() + interval '1 day', 1)},
+	q{INSERT INTO dlock_leases VALUES ('x', 'o', 10, 1, now(), now() + interval '1 day', interval '1 day', 1)},
 	q{UPDATE dlock_leases SET expires_at = now() + interval '10 years'},
 	q{DELETE FROM dlock_leases},
 	q{TRUNCATE dlock_leases},
