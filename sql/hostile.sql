@@ -197,7 +197,7 @@ SET dlock.default_ttl = '-1s';
 SET dlock.default_ttl = '8d';
 SET dlock.default_ttl = '7d';
 SELECT dlock_try('h-default-ttl', owner => 'o') > 0 AS granted;
-SELECT expires_at - granted_at BETWEEN '6 days 23:59:59' AND '7 days' AS seven_days
+SELECT expires_at - granted_at BETWEEN '6 days 23:59:59' AND '7 days 00:00:00.01' AS seven_days
 FROM dlock_locks WHERE name = 'h-default-ttl';
 SET dlock.default_ttl = 1;
 SELECT dlock_renew('h-default-ttl', owner => 'o') IS NOT NULL AS renewed;
