@@ -240,6 +240,9 @@ typedef struct DbSlot
 								 * read or committed */
 	bool		stale_expiries;	/* rows of restored leases may still hold
 								 * the old server's expiry */
+	bool		loaded;			/* loaded once since the server started (a
+								 * dropped and re-created extension keeps
+								 * it) */
 } DbSlot;
 
 typedef struct DbSlots
@@ -457,6 +460,10 @@ claim_db_slot(void)
 	{
 		free_slot->dbid = MyDatabaseId;
 		free_slot->relid = InvalidOid;
+		free_slot->loaded = false;
+		free_slot->dead_rows = 0;
+		free_slot->stale_expiries = false;
+		free_slot->token_floor = 0;
 		free_slot->state = DB_NOT_LOADED;
 		SpinLockRelease(&dbs->mutex);
 		return free_slot;
@@ -763,7 +770,7 @@ load_database(DbSlot *slot, Oid old_relid, Oid relid)
 	{
 		if (OidIsValid(old_relid) && old_relid != relid)
 			purge_database(MyDatabaseId);
-		load_rows(!OidIsValid(old_relid));
+		load_rows(!slot->loaded);
 	}
 	PG_CATCH();
 	{
@@ -778,6 +785,7 @@ load_database(DbSlot *slot, Oid old_relid, Oid relid)
 	SpinLockAcquire(&dbs->mutex);
 	slot->state = DB_LOADED;
 	slot->relid = relid;
+	slot->loaded = true;
 	SpinLockRelease(&dbs->mutex);
 	ConditionVariableBroadcast(&dbs->cv);
 }
