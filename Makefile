@@ -7,13 +7,13 @@ MODULE_big = dlock
 OBJS = src/dlock.o src/shmem.o src/wait.o src/xact.o src/lease.o src/persist.o src/worker.o src/funcs.o
 DATA = sql/dlock--$(EXTVERSION).sql
 
-# pg_regress tests in sql/, run in this order (setup creates the extension)
-REGRESS = setup api errors xact durable fence hostile modes capacity
+# pg_regress tests: every sql/*.sql but the extension's own scripts, setup
+# (which creates the extension) first; adding a test is adding its files
+REGRESS = setup $(sort $(filter-out setup dlock--%,$(basename $(notdir $(wildcard $(srcdir)/sql/*.sql)))))
 REGRESS_OPTS = --temp-config=$(srcdir)/test/dlock.conf \
 	--temp-instance=./tmp_regress
-# isolation specs in test/specs, in this order (helpers creates shared functions)
-ISOLATION = helpers contention fifo waiter_exit expiry owner queue xact sweep fence versioned rwlock semaphore multilock \
-	pinned multilock_ttl lock_timeout memory_extend divergence_grant divergence_extend divergence_xact
+# isolation specs: every test/specs/*.spec, helpers (shared functions) first
+ISOLATION = helpers $(sort $(filter-out helpers,$(basename $(notdir $(wildcard $(srcdir)/test/specs/*.spec)))))
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso \
 	--temp-config=$(srcdir)/test/dlock.conf --temp-instance=./tmp_iso \
 	--load-extension=dlock
