@@ -12,6 +12,7 @@
 #include "dlock.h"
 #include "persist.h"
 #include "shmem.h"
+#include "tokens.h"
 #include "worker.h"
 
 PG_MODULE_MAGIC;

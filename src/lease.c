@@ -25,6 +25,7 @@
 
 #include "lease.h"
 #include "persist.h"
+#include "tokens.h"
 #include "wait.h"
 #include "xact.h"
 

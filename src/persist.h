@@ -1,7 +1,7 @@
 /*
  * persist.h
- *		Durability: the fencing-token allocator and the per-database lease
- *		table that rebuilds shared memory after a restart or crash.
+ *		Durability: the per-database lease table that rebuilds shared memory
+ *		after a restart or crash.
  */
 #ifndef DLOCK_PERSIST_H
 #define DLOCK_PERSIST_H
@@ -10,13 +10,6 @@
 #include "utils/tuplestore.h"
 
 #include "lease.h"
-
-/* token allocator (cluster-wide) */
-extern Size dlock_token_shmem_size(void);
-extern void dlock_token_shmem_init(void *base);
-extern void dlock_token_shmem_load(LWLock *lock);
-extern uint64 dlock_token_next(void);
-extern void dlock_token_prefetch(void);
 
 /* per-database state and lease table */
 extern Size dlock_db_shmem_size(void);

@@ -24,6 +24,7 @@
 
 #include "persist.h"
 #include "shmem.h"
+#include "tokens.h"
 #include "wait.h"
 #include "worker.h"
 

@@ -21,6 +21,7 @@
 #include "utils/wait_event.h"
 
 #include "persist.h"
+#include "tokens.h"
 #include "wait.h"
 
 static DLockWaiter *slots = NULL;
