@@ -1,6 +1,7 @@
 /*
  * funcs.c
  *		SQL-callable functions: argument checks, then the lease operations.
+ *		The fencing functions and triggers are in fence.c.
  */
 #include "postgres.h"
 
@@ -8,9 +9,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
-#include "commands/trigger.h"
 #include "common/int.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -20,6 +19,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "args.h"
 #include "lease.h"
 #include "persist.h"
 #include "wait.h"
@@ -38,9 +38,6 @@ PG_FUNCTION_INFO_V1(dlock_list_locks);
 PG_FUNCTION_INFO_V1(dlock_list_waiters);
 PG_FUNCTION_INFO_V1(dlock_sweep);
 PG_FUNCTION_INFO_V1(dlock_force_release);
-PG_FUNCTION_INFO_V1(dlock_fence);
-PG_FUNCTION_INFO_V1(dlock_fenced);
-PG_FUNCTION_INFO_V1(dlock_versioned);
 PG_FUNCTION_INFO_V1(dlock_stats);
 PG_FUNCTION_INFO_V1(dlock_stats_reset);
 
@@ -138,15 +135,8 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 	return timeout;
 }
 
-/* The two text arguments with limits; whole messages, so they translate */
-typedef enum TextArg
-{
-	ARG_NAME,
-	ARG_OWNER
-} TextArg;
-
-static void
-check_length(int len, TextArg what)
+void
+dlock_check_length(int len, DLockTextArg what)
 {
 	int			maxlen = what == ARG_OWNER ? DLOCK_OWNER_MAX : DLOCK_NAME_MAX;
 
@@ -165,8 +155,8 @@ check_length(int len, TextArg what)
 				 errdetail("It has %d bytes; the limit is %d.", len, maxlen)));
 }
 
-static void
-text_arg(FunctionCallInfo fcinfo, int argno, TextArg what, char **data, int *len)
+void
+dlock_text_arg(FunctionCallInfo fcinfo, int argno, DLockTextArg what, char **data, int *len)
 {
 	text	   *t;
 
@@ -179,7 +169,7 @@ text_arg(FunctionCallInfo fcinfo, int argno, TextArg what, char **data, int *len
 	t = PG_GETARG_TEXT_PP(argno);
 	*len = VARSIZE_ANY_EXHDR(t);
 	*data = VARDATA_ANY(t);
-	check_length(*len, what);
+	dlock_check_length(*len, what);
 }
 
 /* The owner argument, into the request */
@@ -189,7 +179,7 @@ owner_arg(FunctionCallInfo fcinfo, int argno, DLockRequest *req)
 	char	   *data;
 	int			len;
 
-	text_arg(fcinfo, argno, ARG_OWNER, &data, &len);
+	dlock_text_arg(fcinfo, argno, ARG_OWNER, &data, &len);
 	req->owner.len = len;
 	memcpy(req->owner.str, data, len);
 }
@@ -246,8 +236,8 @@ check_primary(void)
 				 errhint("Call dlock functions on the primary.")));
 }
 
-static void
-set_name(DLockRequest *req, const char *data, int len)
+void
+dlock_set_name(DLockRequest *req, const char *data, int len)
 {
 	dlock_make_key(&req->key, data, len);
 	req->hash = dlock_key_hash(&req->key);
@@ -267,8 +257,8 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 	check_primary();
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
 
-	text_arg(fcinfo, name_argno, ARG_NAME, &data, &len);
-	set_name(req, data, len);
+	dlock_text_arg(fcinfo, name_argno, ARG_NAME, &data, &len);
+	dlock_set_name(req, data, len);
 
 	owner_arg(fcinfo, owner_argno, req);
 
@@ -395,7 +385,7 @@ names_arg(FunctionCallInfo fcinfo, int *count)
 		names[i].data = VARDATA_ANY(t);
 		names[i].len = VARSIZE_ANY_EXHDR(t);
 		names[i].token = 0;
-		check_length(names[i].len, ARG_NAME);
+		dlock_check_length(names[i].len, ARG_NAME);
 	}
 	qsort(names, *count, sizeof(NameArg), name_cmp);
 	return names;
@@ -429,7 +419,7 @@ take_all(NameArg *names, int count, DLockRequest *req, int64 timeout)
 		}
 		if (timeout > 0)
 			wait = Max(deadline - dlock_mono_now(), 0);
-		set_name(req, names[i].data, names[i].len);
+		dlock_set_name(req, names[i].data, names[i].len);
 		names[i].token = dlock_lease_acquire(req, wait);
 		if (names[i].token == 0)
 			return false;
@@ -441,7 +431,7 @@ take_all(NameArg *names, int count, DLockRequest *req, int64 timeout)
 	{
 		if (i > 0 && name_cmp(&names[i], &names[i - 1]) == 0)
 			continue;
-		set_name(req, names[i].data, names[i].len);
+		dlock_set_name(req, names[i].data, names[i].len);
 		if (dlock_lease_acquire(req, 0) != names[i].token)
 			return false;
 	}
@@ -545,7 +535,7 @@ dlock_release_all(PG_FUNCTION_ARGS)
 	{
 		if (i > 0 && name_cmp(&names[i], &names[i - 1]) == 0)
 			continue;
-		set_name(&req, names[i].data, names[i].len);
+		dlock_set_name(&req, names[i].data, names[i].len);
 		if (dlock_lease_release(&req, 0))
 			released++;
 	}
@@ -793,9 +783,9 @@ dlock_force_release(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot change dlock leases during recovery")));
 	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
-	text_arg(fcinfo, 0, ARG_NAME, &name, &len);
+	dlock_text_arg(fcinfo, 0, ARG_NAME, &name, &len);
 	memset(&req, 0, sizeof(req));
-	set_name(&req, name, len);
+	dlock_set_name(&req, name, len);
 	req.roleid = GetUserId();
 
 	nbroken = dlock_lease_force_release(&req, &broken);
@@ -810,275 +800,4 @@ dlock_force_release(PG_FUNCTION_ARGS)
 						GetUserNameFromId(GetUserId(), false))));
 	}
 	PG_RETURN_BOOL(nbroken > 0);
-}
-
-/* ---------------------------------------------------------------------
- * Fencing
- * --------------------------------------------------------------------- */
-
-/* SQLSTATE of a write whose fencing token is not the live lease's */
-#define ERRCODE_DLOCK_FENCE		MAKE_SQLSTATE('D','L','0','0','1')
-
-/*
- * Checks token against the live lease on name, raising DL001 if it is not
- * that lease's token, and pins the lease until the transaction ends.
- */
-static void
-fence(const char *name, int len, int64 token)
-{
-	DLockRequest req;
-	uint64		current;
-	DLockFenceResult result = DLOCK_FENCE_UNKNOWN;
-
-	memset(&req, 0, sizeof(req));
-	set_name(&req, name, len);
-	req.roleid = GetUserId();
-
-	/* tokens are positive: anything else was never a lease's */
-	if (token > 0)
-		result = dlock_lease_fence(&req, (uint64) token, &current);
-	switch (result)
-	{
-		case DLOCK_FENCE_OK:
-			return;
-		case DLOCK_FENCE_STALE:
-			ereport(ERROR,
-					(errcode(ERRCODE_DLOCK_FENCE),
-					 errmsg("stale fencing token for lock \"%.*s\"", len, name),
-					 errdetail("Token " INT64_FORMAT " was superseded by a newer lease, token " INT64_FORMAT ".",
-							   token, (int64) current)));
-			break;
-		case DLOCK_FENCE_EXPIRED:
-			ereport(ERROR,
-					(errcode(ERRCODE_DLOCK_FENCE),
-					 errmsg("fencing token for lock \"%.*s\" belongs to an expired lease", len, name),
-					 errdetail("Token " INT64_FORMAT ".", token),
-					 errhint("Renew leases before their TTL runs out.")));
-			break;
-		case DLOCK_FENCE_UNKNOWN:
-			ereport(ERROR,
-					(errcode(ERRCODE_DLOCK_FENCE),
-					 errmsg("fencing token is not the token of a live lease on lock \"%.*s\"", len, name),
-					 errdetail("Token " INT64_FORMAT ": its lease ended, or never existed.", token)));
-			break;
-		case DLOCK_FENCE_ROLE:
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("fencing token for lock \"%.*s\" belongs to a lease of another role", len, name),
-					 errdetail("Token " INT64_FORMAT ".", token)));
-			break;
-	}
-}
-
-static void
-check_writable(void)
-{
-	dlock_require_preload();
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot fence during recovery")));
-}
-
-/* dlock_fence(name, token) */
-Datum
-dlock_fence(PG_FUNCTION_ARGS)
-{
-	char	   *name;
-	int			len;
-
-	check_writable();
-	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
-	text_arg(fcinfo, 0, ARG_NAME, &name, &len);
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("fencing token must not be null")));
-	fence(name, len, PG_GETARG_INT64(1));
-	PG_RETURN_VOID();
-}
-
-static int
-trigger_column(TriggerData *trigdata, const char *column, bool must_exist)
-{
-	int			attno = SPI_fnumber(trigdata->tg_relation->rd_att, column);
-
-	if (attno <= 0 && must_exist)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("column \"%s\" of table \"%s\" does not exist",
-						column, RelationGetRelationName(trigdata->tg_relation)),
-				 errhint("Check the arguments of trigger \"%s\".",
-						 trigdata->tg_trigger->tgname)));
-	return attno > 0 ? attno : 0;
-}
-
-static TriggerData *
-row_trigger(FunctionCallInfo fcinfo, const char *fname, int nargs)
-{
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("%s() must be called as a BEFORE ... FOR EACH ROW trigger", fname)));
-	if (trigdata->tg_trigger->tgnargs != nargs)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s() takes %d trigger argument%s", fname, nargs, nargs > 1 ? "s" : "")));
-	return trigdata;
-}
-
-static int64
-int_column(HeapTuple tuple, TupleDesc desc, int attno, bool *isnull)
-{
-	Datum		value = heap_getattr(tuple, attno, desc, isnull);
-
-	if (*isnull)
-		return 0;
-	switch (TupleDescAttr(desc, attno - 1)->atttypid)
-	{
-		case INT8OID:
-			return DatumGetInt64(value);
-		case INT4OID:
-			return DatumGetInt32(value);
-		case INT2OID:
-			return DatumGetInt16(value);
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_DATATYPE_MISMATCH),
-			 errmsg("column \"%s\" must be of type bigint, integer or smallint",
-					NameStr(TupleDescAttr(desc, attno - 1)->attname))));
-	return 0;					/* keep compiler quiet */
-}
-
-/*
- * dlock_fenced(lock, token_column): a BEFORE INSERT/UPDATE/DELETE row
- * trigger.  lock is a column of the table holding the lock name, or else
- * the lock name itself.  The row's token must be the live lease's (INSERT,
- * UPDATE), and an UPDATE may not lower the token the row was written with;
- * a DELETE needs the transaction to have fenced the lock first.
- */
-Datum
-dlock_fenced(PG_FUNCTION_ARGS)
-{
-	TriggerData *trigdata = row_trigger(fcinfo, "dlock_fenced", 2);
-	char	  **args = trigdata->tg_trigger->tgargs;
-	TupleDesc	desc = trigdata->tg_relation->rd_att;
-	int			name_col = trigger_column(trigdata, args[0], false);
-	int			token_col = trigger_column(trigdata, args[1], true);
-	HeapTuple	row;
-	char	   *name;
-	bool		isnull;
-	int64		token;
-
-	check_writable();
-	/* the first call in a database after a restart may be this one */
-	dlock_persist_ensure_loaded(fcinfo->flinfo->fn_oid);
-	row = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
-	name = name_col ? SPI_getvalue(row, desc, name_col) : args[0];
-	if (name == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("lock name column \"%s\" is null", args[0])));
-
-	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
-	{
-		DLockKey	key;
-
-		if (strlen(name) == 0 || strlen(name) > DLOCK_NAME_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("lock name must be 1 to %d bytes", DLOCK_NAME_MAX)));
-		dlock_make_key(&key, name, strlen(name));
-		token = (int64) dlock_xact_fenced_token(&key);
-		if (token == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_DLOCK_FENCE),
-					 errmsg("deleting from \"%s\" needs a fencing token for lock \"%s\"",
-							RelationGetRelationName(trigdata->tg_relation), name),
-					 errhint("Call dlock_fence(lock, token) earlier in the transaction.")));
-		fence(name, strlen(name), token);
-		return PointerGetDatum(trigdata->tg_trigtuple);
-	}
-
-	token = int_column(row, desc, token_col, &isnull);
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_DLOCK_FENCE),
-				 errmsg("fencing token column \"%s\" is null", args[1])));
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-	{
-		int64		old_token = int_column(trigdata->tg_trigtuple, desc, token_col, &isnull);
-
-		if (!isnull && token < old_token)
-			ereport(ERROR,
-					(errcode(ERRCODE_DLOCK_FENCE),
-					 errmsg("stale fencing token for a row of \"%s\"",
-							RelationGetRelationName(trigdata->tg_relation)),
-					 errdetail("Token " INT64_FORMAT " is below the token " INT64_FORMAT " the row was written with.",
-							   token, old_token)));
-	}
-	if (strlen(name) == 0 || strlen(name) > DLOCK_NAME_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock name must be 1 to %d bytes", DLOCK_NAME_MAX)));
-	fence(name, strlen(name), token);
-	return PointerGetDatum(row);
-}
-
-/*
- * dlock_versioned(version_column): a BEFORE INSERT/UPDATE row trigger for
- * optimistic concurrency.  An UPDATE states the version it read (SET
- * version = <read>) and the row gets that + 1; an update stating a stale
- * version fails with a serialization failure.  The classic "SET version =
- * version + 1 WHERE version = <read>" is accepted as is, and an update that
- * leaves the column alone counts as based on the current version.
- */
-Datum
-dlock_versioned(PG_FUNCTION_ARGS)
-{
-	TriggerData *trigdata = row_trigger(fcinfo, "dlock_versioned", 1);
-	TupleDesc	desc = trigdata->tg_relation->rd_att;
-	int			col = trigger_column(trigdata, trigdata->tg_trigger->tgargs[0], true);
-	HeapTuple	row;
-	bool		isnull;
-	int64		next;
-	Datum		value;
-	Oid			type = TupleDescAttr(desc, col - 1)->atttypid;
-
-	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
-		return PointerGetDatum(trigdata->tg_trigtuple);
-	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-	{
-		row = trigdata->tg_trigtuple;
-		next = int_column(row, desc, col, &isnull);
-		if (!isnull)
-			return PointerGetDatum(row);
-		next = 1;
-	}
-	else
-	{
-		int64		read_version = int_column(trigdata->tg_newtuple, desc, col, &isnull);
-		int64		current = int_column(trigdata->tg_trigtuple, desc, col, &isnull);
-
-		row = trigdata->tg_newtuple;
-		if (read_version == current + 1)
-			return PointerGetDatum(row);
-		if (read_version != current)
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("row of \"%s\" changed since it was read",
-							RelationGetRelationName(trigdata->tg_relation)),
-					 errdetail("The update is based on version " INT64_FORMAT "; the row is at version " INT64_FORMAT ".",
-							   read_version, current),
-					 errhint("Read the row again and retry.")));
-		next = current + 1;
-	}
-	value = type == INT8OID ? Int64GetDatum(next) :
-		type == INT4OID ? Int32GetDatum((int32) next) : Int16GetDatum((int16) next);
-	isnull = false;
-	row = heap_modify_tuple_by_cols(row, desc, 1, &col, &value, &isnull);
-	return PointerGetDatum(row);
 }
