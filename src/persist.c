@@ -10,13 +10,16 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
@@ -29,6 +32,7 @@
 #include "storage/procarray.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -150,9 +154,41 @@ forget_plans(void)
 	}
 }
 
-/* Finds the table next to the calling function, in the extension's schema. */
+/* The extension's schema in this database; InvalidOid when not installed. */
+static Oid
+extension_schema(void)
+{
+	Oid			ext = get_extension_oid("dlock", true);
+	Oid			nsp = InvalidOid;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+
+	if (!OidIsValid(ext))
+		return InvalidOid;
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ext));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		nsp = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return nsp;
+}
+
+/* Whether the extension is installed in this database (for the sweepers). */
+bool
+dlock_persist_installed(void)
+{
+	return OidIsValid(extension_schema());
+}
+
+/* Finds the lease table in the extension's schema. */
 static void
-lookup_table(Oid fn_oid)
+lookup_table(void)
 {
 	static bool callback_registered = false;
 	Oid			nsp;
@@ -162,8 +198,8 @@ lookup_table(Oid fn_oid)
 	if (OidIsValid(lease_relid))
 		return;
 
-	nsp = get_func_namespace(fn_oid);
-	relid = get_relname_relid("dlock_leases", nsp);
+	nsp = extension_schema();
+	relid = OidIsValid(nsp) ? get_relname_relid("dlock_leases", nsp) : InvalidOid;
 	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -622,9 +658,9 @@ load_database(DbSlot *slot, Oid old_relid, Oid relid)
  * One backend loads; others wait (interruptibly) and take over if it dies.
  */
 void
-dlock_persist_ensure_loaded(Oid fn_oid)
+dlock_persist_ensure_loaded(void)
 {
-	lookup_table(fn_oid);
+	lookup_table();
 	if (my_slot == NULL)
 		my_slot = claim_db_slot();
 	if (my_slot->state == DB_LOADED && my_slot->relid == lease_relid)
@@ -1259,11 +1295,11 @@ dlock_persist_delete(const DLockKey *key, uint64 token)
 
 /* The leases of the table, for dlock_locks on a hot standby. */
 void
-dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc, Oid fn_oid)
+dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
 {
 	AsOwner		saved;
 
-	lookup_table(fn_oid);
+	lookup_table();
 	spi_begin(&saved, false, true);
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
 							 " NULL::int, 0, version, true, mode, permits FROM %s"

@@ -14,7 +14,8 @@
 /* per-database state and lease table */
 extern Size dlock_db_shmem_size(void);
 extern void dlock_db_shmem_init(void *base, bool found);
-extern void dlock_persist_ensure_loaded(Oid fn_oid);
+extern bool dlock_persist_installed(void);
+extern void dlock_persist_ensure_loaded(void);
 extern int	dlock_persist_db_index(void);
 extern void dlock_persist_hook_drops(void);
 /* What a lease row holds */
@@ -43,7 +44,6 @@ extern void dlock_persist_note_dead_row(Oid dbid);
 extern void dlock_persist_forget_dead_rows(void);
 extern int	dlock_persist_dead_databases(Oid *dbids, int max);
 extern int64 dlock_persist_sweep_rows(void);
-extern void dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc,
-							   Oid fn_oid);
+extern void dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc);
 
 #endif							/* DLOCK_PERSIST_H */

@@ -6,14 +6,13 @@
  * sleeps until the earliest lease falls due (a grant of an earlier one wakes
  * it), then ends what is due in short per-partition batches: each lease goes
  * to its next waiter or is dropped.  Rows left in a database's lease table
- * are deleted by a sweeper it starts there, which runs dlock_sweep() and
- * exits.  Waiters never depend on the worker: each times its holder's
+ * are deleted by a sweeper it starts there, which does what dlock_sweep()
+ * does and exits.  Waiters never depend on the worker: each times its holder's
  * expiry itself.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -22,7 +21,6 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -219,14 +217,15 @@ dlock_worker_main(Datum arg)
 	proc_exit(1);
 }
 
-/* Runs dlock_sweep() in one database, then exits. */
+/*
+ * Sweeps one database, as dlock_sweep() does, then exits: ends what is due
+ * and deletes (or moves) the rows of its ended (or restored) leases.
+ */
 void
 dlock_sweeper_main(Datum arg)
 {
 	Oid			dbid = DatumGetObjectId(arg);
-	const char *query = "SELECT format('SELECT %I.dlock_sweep()', n.nspname)"
-		" FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
-		" WHERE e.extname = 'dlock'";
+	int			unused = 0;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -236,23 +235,21 @@ dlock_sweeper_main(Datum arg)
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "dlock_sweep()");
-	if (SPI_execute(query, true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+	pgstat_report_activity(STATE_RUNNING, "dlock sweep");
+	if (dlock_persist_installed())
 	{
-		bool		isnull;
-		char	   *sweep = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
-															  SPI_tuptable->tupdesc, 1,
-															  &isnull));
+		int64		next;
 
-		if (SPI_execute(sweep, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "dlock_sweep() failed");
+		dlock_persist_ensure_loaded();
+		do
+			next = dlock_lease_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP,
+										  &unused);
+		while (next != 0 && next <= dlock_mono_now());
+		(void) dlock_persist_sweep_rows();
 	}
 	else
 		dlock_persist_forget_dead_rows();	/* or we would be sent again */
-	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
