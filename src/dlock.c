@@ -13,6 +13,7 @@
 #include "persist.h"
 #include "shmem.h"
 #include "tokens.h"
+#include "wait.h"
 #include "worker.h"
 
 PG_MODULE_MAGIC;
@@ -47,20 +48,36 @@ check_owner(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/* All of dlock's shared memory: each part sizes and sets up its own. */
 static void
 dlock_shmem_request_hook(void)
 {
+	Size		size = dlock_engine_shmem_size();
+
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	dlock_shmem_request();
+	size = add_size(size, dlock_token_shmem_size());
+	size = add_size(size, dlock_db_shmem_size());
+	size = add_size(size, dlock_wait_shmem_size());
+	RequestAddinShmemSpace(size);
+	/* the partition locks, then the token lock */
+	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 1);
 }
 
 static void
 dlock_shmem_startup_hook(void)
 {
+	LWLockPadded *locks;
+
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
-	dlock_shmem_startup();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	locks = GetNamedLWLockTranche("dlock");
+	dlock_engine_shmem_init(locks);
+	dlock_token_shmem_init(&locks[DLOCK_PARTITIONS].lock);
+	dlock_db_shmem_init();
+	dlock_wait_shmem_init();
+	LWLockRelease(AddinShmemInitLock);
 }
 
 void

@@ -43,9 +43,9 @@
 #include "utils/wait_event.h"
 
 #include "persist.h"
+#include "shmem.h"
 #include "tokens.h"
 #include "wait.h"
-#include "worker.h"
 
 /* ---------------------------------------------------------------------
  * Per-database load state
@@ -93,17 +93,19 @@ dlock_db_shmem_size(void)
 }
 
 /*
- * Runs in the postmaster, before recovery: pg_control still holds the last
+ * Every process that attaches; the caller holds AddinShmemInitLock.  The
+ * first is the postmaster, before recovery: pg_control still holds the last
  * checkpoint of the server that ran before (crash recovery then writes a
  * checkpoint of its own, in the new clock).
  */
 void
-dlock_db_shmem_init(void *base, bool found)
+dlock_db_shmem_init(void)
 {
 	ControlFileData *control;
 	bool		crc_ok;
+	bool		found;
 
-	dbs = base;
+	dbs = ShmemInitStruct("dlock databases", dlock_db_shmem_size(), &found);
 	if (found)
 		return;
 	memset(dbs, 0, sizeof(DbSlots));
@@ -622,7 +624,7 @@ load_rows(bool after_start)
 	dlock_token_raise_floor(Max(max_token + 1, floor));
 	/* a sweeper moves the restored leases' rows to this clock */
 	if (after_start && restored > 0)
-		dlock_worker_wake();
+		dlock_wake_watcher();
 }
 
 static void

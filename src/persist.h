@@ -13,7 +13,7 @@
 
 /* per-database state and lease table */
 extern Size dlock_db_shmem_size(void);
-extern void dlock_db_shmem_init(void *base, bool found);
+extern void dlock_db_shmem_init(void);
 extern bool dlock_persist_installed(void);
 extern void dlock_persist_ensure_loaded(void);
 extern int	dlock_persist_db_index(void);

@@ -25,8 +25,6 @@
 #include "persist.h"
 #include "shmem.h"
 #include "tokens.h"
-#include "wait.h"
-#include "worker.h"
 
 typedef struct DLockShared
 {
@@ -39,19 +37,11 @@ typedef struct DLockShared
 	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
 	slock_t		stats_mutex;
 	uint64		stats_reset_at[DLOCK_NUM_STATS];	/* values at last reset */
+	/* the process that ends leases on time (the worker), if any */
+	Latch	   *watcher;
+	pg_atomic_uint64 watch_at;	/* when it looks next, or DLOCK_WATCH_* */
 } DLockShared;
 
-/* The fixed-size parts, laid out one after another. */
-static Size
-fixed_size(void)
-{
-	Size		size = MAXALIGN(sizeof(DLockShared));
-
-	size = add_size(size, dlock_token_shmem_size());
-	size = add_size(size, dlock_db_shmem_size());
-	size = add_size(size, dlock_worker_shmem_size());
-	return add_size(size, dlock_wait_shmem_size());
-}
 
 static DLockShared *shared = NULL;
 static HTAB *lock_hash = NULL;
@@ -85,20 +75,6 @@ key_match_fn(const void *a, const void *b, Size keysize)
 	return memcmp(ka->name, kb->name, ka->len);
 }
 
-static Size
-shared_size(void)
-{
-	return add_size(fixed_size(), hash_estimate_size(dlock_max_locks, sizeof(DLockEntry)));
-}
-
-void
-dlock_shmem_request(void)
-{
-	RequestAddinShmemSpace(shared_size());
-	/* the partition locks, then the token lock */
-	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 1);
-}
-
 /*
  * A partition's expiry heap, for a caller holding the partition's lock
  * exclusively (or only reading it).  The compare function's address is this
@@ -114,38 +90,35 @@ partition_heap(int partition)
 	return heap;
 }
 
+/* The engine's shared memory: its state and the lease hash */
+Size
+dlock_engine_shmem_size(void)
+{
+	return add_size(MAXALIGN(sizeof(DLockShared)),
+					hash_estimate_size(dlock_max_locks, sizeof(DLockEntry)));
+}
+
 /*
- * Runs in the postmaster at start and after every crash restart, so the
+ * Every process that attaches; the caller holds AddinShmemInitLock.  The
+ * first is the postmaster, at start and after every crash restart, so the
  * table always starts empty: leases come back from the durable table.
+ * locks: the partition locks.
  */
 void
-dlock_shmem_startup(void)
+dlock_engine_shmem_init(LWLockPadded *locks)
 {
 	bool		found;
 	HASHCTL		info;
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 
 	/*
 	 * Every attach sets this process's pointers into the segment (a backend
 	 * of an EXEC_BACKEND build attaches to a segment made by the postmaster);
 	 * only the first one initializes it.
 	 */
-	shared = ShmemInitStruct("dlock", fixed_size(), &found);
-	{
-		char	   *next = (char *) shared + MAXALIGN(sizeof(DLockShared));
-
-		dlock_token_shmem_init(next);
-		next += dlock_token_shmem_size();
-		dlock_db_shmem_init(next, found);
-		next += dlock_db_shmem_size();
-		dlock_worker_shmem_init(next, found);
-		next += dlock_worker_shmem_size();
-		dlock_wait_shmem_init(next, found);
-	}
+	shared = ShmemInitStruct("dlock", MAXALIGN(sizeof(DLockShared)), &found);
 	if (!found)
 	{
-		shared->locks = GetNamedLWLockTranche("dlock");
+		shared->locks = locks;
 		pg_atomic_init_u32(&shared->nentries, 0);
 		for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
 			pg_atomic_init_u32(&shared->db_entries[i], 0);
@@ -155,13 +128,14 @@ dlock_shmem_startup(void)
 			shared->stats_reset_at[i] = 0;
 		}
 		SpinLockInit(&shared->stats_mutex);
+		shared->watcher = NULL;
+		pg_atomic_init_u64(&shared->watch_at, DLOCK_WATCH_NEVER);
 		for (int i = 0; i < DLOCK_PARTITIONS; i++)
 		{
 			shared->heaps[i].ph_compare = expiry_cmp;
 			shared->heaps[i].ph_arg = NULL;
 			shared->heaps[i].ph_root = NULL;
 		}
-		dlock_token_shmem_load(&shared->locks[DLOCK_PARTITIONS].lock);
 	}
 
 	memset(&info, 0, sizeof(info));
@@ -180,8 +154,6 @@ dlock_shmem_startup(void)
 							  &info,
 							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_PARTITION |
 							  HASH_FIXED_SIZE);
-
-	LWLockRelease(AddinShmemInitLock);
 }
 
 bool
@@ -499,6 +471,49 @@ dlock_is_free(const DLockEntry *entry, int64 now)
 		dlock_free_at(entry) <= now;
 }
 
+/*
+ * The watcher: one process (the worker) that ends leases when they fall
+ * due.  The engine wakes it when a partition's earliest lease changes and it
+ * would otherwise sleep past it; it never calls the worker's code.
+ */
+void
+dlock_watch_expiries(Latch *latch)
+{
+	shared->watcher = latch;
+	pg_atomic_write_u64(&shared->watch_at, DLOCK_WATCH_NEVER);
+}
+
+void
+dlock_watch_at(uint64 watch_at)
+{
+	pg_atomic_write_u64(&shared->watch_at, watch_at);
+}
+
+void
+dlock_wake_watcher(void)
+{
+	Latch	   *latch = shared->watcher;
+
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+static void
+expiry_moved(int64 free_at)
+{
+	uint64		watch_at = pg_atomic_read_u64(&shared->watch_at);
+
+	if (watch_at == DLOCK_WATCH_NEVER)
+		return;					/* disabled (or not running): nothing to time */
+	if (watch_at == DLOCK_WATCH_AWAKE)
+		dlock_wake_watcher();
+	else if (watch_at == DLOCK_WATCH_IDLE || (uint64) free_at < watch_at)
+	{
+		pg_atomic_write_u64(&shared->watch_at, (uint64) free_at);
+		dlock_wake_watcher();
+	}
+}
+
 /* Puts the entry where it belongs in its partition's expiry heap. */
 static void
 heap_update(DLockEntry *entry)
@@ -512,7 +527,7 @@ heap_update(DLockEntry *entry)
 	{
 		pairingheap_add(heap, &entry->heap_node);
 		if (pairingheap_first(heap) == &entry->heap_node)
-			dlock_worker_expiry_moved(dlock_free_at(entry));
+			expiry_moved(dlock_free_at(entry));
 	}
 }
 

@@ -14,6 +14,7 @@
 
 #include "lib/ilist.h"
 #include "lib/pairingheap.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/hsearch.h"
 
@@ -118,13 +119,22 @@ typedef enum DLockStat
 	DLOCK_NUM_STATS
 } DLockStat;
 
+/* the watcher's next look, besides a time on the monotonic clock */
+#define DLOCK_WATCH_NEVER	PG_UINT64_MAX	/* disabled: nothing wakes it */
+#define DLOCK_WATCH_IDLE	0	/* asleep with no lease to time */
+#define DLOCK_WATCH_AWAKE	1	/* looking now: any change wakes it again */
+
+extern void dlock_watch_expiries(Latch *latch);
+extern void dlock_watch_at(uint64 watch_at);
+extern void dlock_wake_watcher(void);
+
 extern void dlock_count(DLockStat stat);
 extern void dlock_counters_read(uint64 *values);
 extern void dlock_counters_reset(void);
 extern uint32 dlock_entry_count(void);
 
-extern void dlock_shmem_request(void);
-extern void dlock_shmem_startup(void);
+extern Size dlock_engine_shmem_size(void);
+extern void dlock_engine_shmem_init(LWLockPadded *locks);
 extern bool dlock_shmem_ready(void);
 
 extern int64 dlock_mono_now(void);

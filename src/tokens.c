@@ -19,6 +19,7 @@
 #include "port/atomics.h"
 #include "storage/fd.h"
 #include "storage/lwlock.h"
+#include "storage/shmem.h"
 
 #include "dlock.h"
 #include "tokens.h"
@@ -44,20 +45,20 @@ dlock_token_shmem_size(void)
 	return MAXALIGN(sizeof(TokenState));
 }
 
-/* Every process that attaches to the segment */
+/*
+ * Every process that attaches; the caller holds AddinShmemInitLock.  The
+ * first, the postmaster (at start and after a crash), reads the file.
+ */
 void
-dlock_token_shmem_init(void *base)
-{
-	tokens = base;
-}
-
-/* Runs in the postmaster: at start and after a crash. */
-void
-dlock_token_shmem_load(LWLock *lock)
+dlock_token_shmem_init(LWLock *lock)
 {
 	FILE	   *file;
 	uint64		end = 0;
+	bool		found;
 
+	tokens = ShmemInitStruct("dlock tokens", dlock_token_shmem_size(), &found);
+	if (found)
+		return;
 	tokens->lock = lock;
 
 	file = AllocateFile(TOKEN_FILE, "r");

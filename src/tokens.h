@@ -8,8 +8,7 @@
 #include "storage/lwlock.h"
 
 extern Size dlock_token_shmem_size(void);
-extern void dlock_token_shmem_init(void *base);
-extern void dlock_token_shmem_load(LWLock *lock);
+extern void dlock_token_shmem_init(LWLock *lock);
 extern uint64 dlock_token_next(void);
 extern void dlock_token_prefetch(void);
 extern void dlock_token_raise_floor(uint64 floor);

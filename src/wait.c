@@ -20,7 +20,6 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "persist.h"
 #include "tokens.h"
 #include "wait.h"
 
@@ -38,13 +37,15 @@ dlock_wait_shmem_size(void)
 	return mul_size(MaxBackends, sizeof(DLockWaiter));
 }
 
+/* Every process that attaches; the caller holds AddinShmemInitLock. */
 void
-dlock_wait_shmem_init(void *base, bool found)
+dlock_wait_shmem_init(void)
 {
-	slots = base;
-	if (found)
-		return;
-	memset(slots, 0, dlock_wait_shmem_size());
+	bool		found;
+
+	slots = ShmemInitStruct("dlock waiters", dlock_wait_shmem_size(), &found);
+	if (!found)
+		memset(slots, 0, dlock_wait_shmem_size());
 }
 
 DLockWaiter *

@@ -49,7 +49,7 @@ typedef struct DLockWaiter
 } DLockWaiter;
 
 extern Size dlock_wait_shmem_size(void);
-extern void dlock_wait_shmem_init(void *base, bool found);
+extern void dlock_wait_shmem_init(void);
 
 extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 						  int64 ttl, int64 deadline, DLockMode mode, bool reserved,

@@ -28,38 +28,10 @@
 
 #include "lease.h"
 #include "persist.h"
+#include "shmem.h"
 #include "worker.h"
 
 #define MAX_SWEEPERS	8
-
-/* wake_at values besides a time on the monotonic clock */
-#define WAKE_NEVER		PG_UINT64_MAX	/* disabled: nothing wakes it */
-#define WAKE_IDLE		0		/* asleep with no lease to time */
-#define WAKE_AWAKE		1		/* looking now: any change wakes it again */
-
-typedef struct WorkerState
-{
-	Latch	   *latch;			/* the worker's, while it runs */
-	pg_atomic_uint64 wake_at;	/* when it looks next */
-} WorkerState;
-
-static WorkerState *state = NULL;
-
-Size
-dlock_worker_shmem_size(void)
-{
-	return MAXALIGN(sizeof(WorkerState));
-}
-
-void
-dlock_worker_shmem_init(void *base, bool found)
-{
-	state = base;
-	if (found)
-		return;
-	state->latch = NULL;
-	pg_atomic_init_u64(&state->wake_at, WAKE_NEVER);
-}
 
 void
 dlock_worker_register(void)
@@ -75,35 +47,6 @@ dlock_worker_register(void)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "dlock worker");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "dlock worker");
 	RegisterBackgroundWorker(&worker);
-}
-
-void
-dlock_worker_wake(void)
-{
-	Latch	   *latch = state->latch;
-
-	if (latch != NULL)
-		SetLatch(latch);
-}
-
-/*
- * Called whenever a partition's earliest lease changes: wakes the worker if
- * it would otherwise sleep past it.
- */
-void
-dlock_worker_expiry_moved(int64 free_at)
-{
-	uint64		wake_at = pg_atomic_read_u64(&state->wake_at);
-
-	if (wake_at == WAKE_NEVER)
-		return;					/* disabled (or not running): nothing to time */
-	if (wake_at == WAKE_AWAKE)
-		dlock_worker_wake();
-	else if (wake_at == WAKE_IDLE || (uint64) free_at < wake_at)
-	{
-		pg_atomic_write_u64(&state->wake_at, (uint64) free_at);
-		dlock_worker_wake();
-	}
 }
 
 static void
@@ -175,7 +118,7 @@ dlock_worker_main(Datum arg)
 	/* no database, like the logical replication launcher: shows in pg_stat_activity */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
-	state->latch = MyLatch;
+	dlock_watch_expiries(MyLatch);
 	ereport(LOG, (errmsg("dlock worker started")));
 
 	while (!ShutdownRequestPending)
@@ -191,15 +134,15 @@ dlock_worker_main(Datum arg)
 		}
 
 		if (!dlock_worker_enabled)
-			pg_atomic_write_u64(&state->wake_at, WAKE_NEVER);
+			dlock_watch_at(DLOCK_WATCH_NEVER);
 		else
 		{
 			/* "awake" first: an earlier lease granted meanwhile sets our latch */
-			pg_atomic_write_u64(&state->wake_at, WAKE_AWAKE);
+			dlock_watch_at(DLOCK_WATCH_AWAKE);
 			next = dlock_lease_expire_due(dlock_worker_batch,
 										  DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
 			start_sweepers(running, handles);
-			pg_atomic_write_u64(&state->wake_at, next == 0 ? WAKE_IDLE : (uint64) next);
+			dlock_watch_at(next == 0 ? DLOCK_WATCH_IDLE : (uint64) next);
 		}
 		if (next != 0)
 			timeout = (long) Max((next - dlock_mono_now() + 999) / 1000, 0);
@@ -211,8 +154,7 @@ dlock_worker_main(Datum arg)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	state->latch = NULL;
-	pg_atomic_write_u64(&state->wake_at, WAKE_NEVER);
+	dlock_watch_expiries(NULL);
 	/* exit 1, so the postmaster restarts the worker unless shutting down */
 	proc_exit(1);
 }

@@ -7,10 +7,6 @@
 #define DLOCK_WORKER_H
 
 extern void dlock_worker_register(void);
-extern Size dlock_worker_shmem_size(void);
-extern void dlock_worker_shmem_init(void *base, bool found);
-extern void dlock_worker_expiry_moved(int64 free_at);
-extern void dlock_worker_wake(void);
 
 extern PGDLLEXPORT void dlock_worker_main(Datum arg);
 extern PGDLLEXPORT void dlock_sweeper_main(Datum arg);

@@ -17,7 +17,6 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "persist.h"
 #include "wait.h"
 #include "xact.h"
 
