@@ -65,7 +65,6 @@ typedef struct DbSlot
 								 * InvalidOid: not loaded since the start */
 	DbState		state;
 	int			loader_pid;
-	int			dead_rows;		/* rows of ended leases not yet deleted */
 	uint64		token_floor;	/* what its dlock_token_floor says, as last
 								 * read or committed */
 	bool		stale_expiries;	/* rows of restored leases may still hold
@@ -325,7 +324,7 @@ claim_db_slot(void)
 		free_slot->dbid = MyDatabaseId;
 		free_slot->relid = InvalidOid;
 		free_slot->loaded = false;
-		free_slot->dead_rows = 0;
+		dlock_dead_rows_clear(free_slot - dbs->slots);
 		free_slot->stale_expiries = false;
 		free_slot->token_floor = 0;
 		free_slot->state = DB_NOT_LOADED;
@@ -339,14 +338,6 @@ claim_db_slot(void)
 			 errdetail("At most %d databases of a cluster can use dlock at once.",
 					   DLOCK_MAX_DATABASES)));
 	return NULL;				/* keep compiler quiet */
-}
-
-/* This backend's database slot: its database's entries are counted by it. */
-int
-dlock_persist_db_index(void)
-{
-	Assert(my_slot != NULL);
-	return my_slot - dbs->slots;
 }
 
 /*
@@ -614,7 +605,7 @@ load_rows(bool after_start)
 		floor = isnull ? 0 : (uint64) Max(DatumGetInt64(d), 0);
 	}
 	SpinLockAcquire(&dbs->mutex);
-	my_slot->dead_rows += (int) Min(dead + stale, INT_MAX / 2);
+	dlock_dead_rows_add(my_slot - dbs->slots, (uint32) Min(dead + stale, INT_MAX / 2));
 	my_slot->token_floor = floor;
 	if (after_start && restored > 0)
 		my_slot->stale_expiries = true;
@@ -664,7 +655,11 @@ dlock_persist_ensure_loaded(void)
 {
 	lookup_table();
 	if (my_slot == NULL)
+	{
 		my_slot = claim_db_slot();
+		/* the engine counts this database's entries and rows by it */
+		dlock_engine_set_db(my_slot - dbs->slots);
+	}
 	if (my_slot->state == DB_LOADED && my_slot->relid == lease_relid)
 		return;
 
@@ -759,7 +754,7 @@ database_dropped(Oid dbid)
 	SpinLockAcquire(&dbs->mutex);
 	slot->relid = InvalidOid;
 	slot->state = DB_NOT_LOADED;
-	slot->dead_rows = 0;
+	dlock_dead_rows_clear(slot - dbs->slots);
 	slot->dbid = InvalidOid;
 	SpinLockRelease(&dbs->mutex);
 }
@@ -794,7 +789,7 @@ extension_dropped(Oid kept)
 	purge_database(MyDatabaseId);
 	SpinLockAcquire(&dbs->mutex);
 	slot->state = DB_NOT_LOADED;
-	slot->dead_rows = 0;
+	dlock_dead_rows_clear(slot - dbs->slots);
 	SpinLockRelease(&dbs->mutex);
 	ConditionVariableBroadcast(&dbs->cv);
 }
@@ -979,19 +974,6 @@ dlock_persist_note_token(uint64 token)
  * Rows of ended leases
  * --------------------------------------------------------------------- */
 
-/* Counts a row left behind by an ended lease; cheap, callers hold locks. */
-void
-dlock_persist_note_dead_row(Oid dbid)
-{
-	DbSlot	   *slot;
-
-	SpinLockAcquire(&dbs->mutex);
-	slot = find_db_slot(dbid);
-	if (slot != NULL)
-		slot->dead_rows++;
-	SpinLockRelease(&dbs->mutex);
-}
-
 /*
  * A sweeper found no dlock extension in its database: no rows to delete
  * there, and none to send another sweeper for.
@@ -1004,7 +986,7 @@ dlock_persist_forget_dead_rows(void)
 	SpinLockAcquire(&dbs->mutex);
 	slot = find_db_slot(MyDatabaseId);
 	if (slot != NULL)
-		slot->dead_rows = 0;
+		dlock_dead_rows_clear(slot - dbs->slots);
 	SpinLockRelease(&dbs->mutex);
 }
 
@@ -1018,7 +1000,7 @@ dlock_persist_dead_databases(Oid *dbids, int max)
 	for (int i = 0; i < DLOCK_MAX_DATABASES && n < max; i++)
 	{
 		if (dbs->slots[i].dbid != InvalidOid &&
-			(dbs->slots[i].dead_rows > 0 || dbs->slots[i].stale_expiries))
+			(dlock_dead_rows(i) > 0 || dbs->slots[i].stale_expiries))
 			dbids[n++] = dbs->slots[i].dbid;
 	}
 	SpinLockRelease(&dbs->mutex);
@@ -1050,7 +1032,7 @@ dlock_persist_sweep_rows(void)
 	bool		all_rows;
 
 	SpinLockAcquire(&dbs->mutex);
-	my_slot->dead_rows = 0;
+	dlock_dead_rows_clear(my_slot - dbs->slots);
 	SpinLockRelease(&dbs->mutex);
 
 	spi_begin(&saved, true, true);

@@ -16,7 +16,6 @@ extern Size dlock_db_shmem_size(void);
 extern void dlock_db_shmem_init(void);
 extern bool dlock_persist_installed(void);
 extern void dlock_persist_ensure_loaded(void);
-extern int	dlock_persist_db_index(void);
 extern void dlock_persist_hook_drops(void);
 /* What a lease row holds */
 typedef struct DLockRow
@@ -40,7 +39,6 @@ extern int64 dlock_persist_update(const DLockKey *key, uint64 token,
 								  TimestampTz expires_at, int64 ttl);
 extern void dlock_persist_delete(const DLockKey *key, uint64 token);
 extern void dlock_persist_note_token(uint64 token);
-extern void dlock_persist_note_dead_row(Oid dbid);
 extern void dlock_persist_forget_dead_rows(void);
 extern int	dlock_persist_dead_databases(Oid *dbids, int max);
 extern int64 dlock_persist_sweep_rows(void);

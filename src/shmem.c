@@ -13,6 +13,7 @@
 
 #include <time.h>
 
+#include "access/transam.h"
 #include "common/hashfn.h"
 #include "common/int.h"
 #include "miscadmin.h"
@@ -22,7 +23,6 @@
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
-#include "persist.h"
 #include "shmem.h"
 #include "tokens.h"
 
@@ -32,6 +32,8 @@ typedef struct DLockShared
 	pg_atomic_uint32 nentries;
 	/* entries per database, by the slot persist.c gave the database */
 	pg_atomic_uint32 db_entries[DLOCK_MAX_DATABASES];
+	/* per database: rows that ended leases left for the sweeper */
+	pg_atomic_uint32 db_dead_rows[DLOCK_MAX_DATABASES];
 	/* per partition: its held, unpinned leases by expiry, earliest first */
 	pairingheap heaps[DLOCK_PARTITIONS];
 	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
@@ -90,6 +92,34 @@ partition_heap(int partition)
 	return heap;
 }
 
+/* this backend's database slot (persist.c's), whose entries it counts */
+static int	my_db = -1;
+
+void
+dlock_engine_set_db(int db)
+{
+	my_db = db;
+}
+
+/* Rows of ended leases of database slot db: how many, and clearing them */
+uint32
+dlock_dead_rows(int db)
+{
+	return pg_atomic_read_u32(&shared->db_dead_rows[db]);
+}
+
+void
+dlock_dead_rows_add(int db, uint32 n)
+{
+	pg_atomic_fetch_add_u32(&shared->db_dead_rows[db], n);
+}
+
+void
+dlock_dead_rows_clear(int db)
+{
+	pg_atomic_write_u32(&shared->db_dead_rows[db], 0);
+}
+
 /* The engine's shared memory: its state and the lease hash */
 Size
 dlock_engine_shmem_size(void)
@@ -121,7 +151,10 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 		shared->locks = locks;
 		pg_atomic_init_u32(&shared->nentries, 0);
 		for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+		{
 			pg_atomic_init_u32(&shared->db_entries[i], 0);
+			pg_atomic_init_u32(&shared->db_dead_rows[i], 0);
+		}
 		for (int i = 0; i < DLOCK_NUM_STATS; i++)
 		{
 			pg_atomic_init_u64(&shared->stats[i], 0);
@@ -361,7 +394,8 @@ find_or_create(const DLockKey *key, uint32 hash, bool *found, bool share)
 	*found = (entry != NULL);
 	if (entry != NULL)
 		return entry;
-	db = dlock_persist_db_index();
+	Assert(my_db >= 0);
+	db = my_db;
 	if (!reserve(db, share))
 		return NULL;
 	entry = create_entry(key, hash, NULL, db);
@@ -774,7 +808,7 @@ dlock_end_lease(DLockEntry *lease)
 	Assert(lease->token != 0);
 	if (lease->durable && lease->version != 0)
 	{
-		dlock_persist_note_dead_row(lease->key.dbid);
+		pg_atomic_fetch_add_u32(&shared->db_dead_rows[lease->db], 1);
 		head->stale_rows = true;
 	}
 	if (lease->in_heap)

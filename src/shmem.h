@@ -133,6 +133,10 @@ extern void dlock_counters_read(uint64 *values);
 extern void dlock_counters_reset(void);
 extern uint32 dlock_entry_count(void);
 
+extern void dlock_engine_set_db(int db);
+extern uint32 dlock_dead_rows(int db);
+extern void dlock_dead_rows_add(int db, uint32 n);
+extern void dlock_dead_rows_clear(int db);
 extern Size dlock_engine_shmem_size(void);
 extern void dlock_engine_shmem_init(LWLockPadded *locks);
 extern bool dlock_shmem_ready(void);
