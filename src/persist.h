@@ -9,7 +9,7 @@
 #include "access/tupdesc.h"
 #include "utils/tuplestore.h"
 
-#include "lease.h"
+#include "shmem.h"
 
 /* per-database state and lease table */
 extern Size dlock_db_shmem_size(void);
