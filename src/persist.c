@@ -926,7 +926,7 @@ floor_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * A token was just handed out in this database.  When it reaches the floor
- * its table stores, the table is raised to every token reserved so far (so
+ * its table stores, a row covering every token reserved so far is added (so
  * this happens about once per block of tokens), in the caller's transaction.
  * A read-only transaction cannot write it: the next writable grant here
  * does.
@@ -957,13 +957,23 @@ dlock_persist_note_token(uint64 token)
 	{
 		Oid			type = INT8OID;
 
-		plan_floor = SPI_prepare(psprintf("UPDATE %s SET floor = GREATEST(floor, $1)", floor_table),
+		/*
+		 * A new row, not an update of one: grants that reach the floor
+		 * together each insert theirs, and none waits for another's
+		 * transaction (a long one would hold up every grant here).  Lower
+		 * rows nobody has locked go.
+		 */
+		plan_floor = SPI_prepare(psprintf("WITH lower AS (DELETE FROM %1$s"
+										  " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+										  "SELECT ctid FROM %1$s WHERE floor OPERATOR(pg_catalog.<) $1"
+										  " FOR UPDATE SKIP LOCKED)))"
+										  " INSERT INTO %1$s VALUES ($1)", floor_table),
 								 1, &type);
 		if (plan_floor == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(plan_floor);
 	}
-	if (SPI_execute_plan(plan_floor, &arg, NULL, false, 0) != SPI_OK_UPDATE)
+	if (SPI_execute_plan(plan_floor, &arg, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not raise the dlock token floor");
 	spi_end(&saved);
 	pending_floor = floor;
