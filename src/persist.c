@@ -65,7 +65,7 @@ typedef struct DbSlot
 								 * InvalidOid: not loaded since the start */
 	DbState		state;
 	int			loader_pid;
-	uint64		token_floor;	/* what its dlock_token_floor says, as last
+	pg_atomic_uint64 token_floor;	/* what its dlock_token_floor says, as last
 								 * read or committed */
 	bool		stale_expiries;	/* rows of restored leases may still hold
 								 * the old server's expiry */
@@ -108,6 +108,8 @@ dlock_db_shmem_init(void)
 	if (found)
 		return;
 	memset(dbs, 0, sizeof(DbSlots));
+	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+		pg_atomic_init_u64(&dbs->slots[i].token_floor, 0);
 	SpinLockInit(&dbs->mutex);
 	ConditionVariableInit(&dbs->cv);
 	control = get_controlfile(DataDir, &crc_ok);
@@ -326,7 +328,7 @@ claim_db_slot(void)
 		free_slot->loaded = false;
 		dlock_dead_rows_clear(free_slot - dbs->slots);
 		free_slot->stale_expiries = false;
-		free_slot->token_floor = 0;
+		pg_atomic_write_u64(&free_slot->token_floor, 0);
 		free_slot->state = DB_NOT_LOADED;
 		SpinLockRelease(&dbs->mutex);
 		return free_slot;
@@ -606,7 +608,7 @@ load_rows(bool after_start)
 	}
 	SpinLockAcquire(&dbs->mutex);
 	dlock_dead_rows_add(my_slot - dbs->slots, (uint32) Min(dead + stale, INT_MAX / 2));
-	my_slot->token_floor = floor;
+	pg_atomic_write_u64(&my_slot->token_floor, floor);
 	if (after_start && restored > 0)
 		my_slot->stale_expiries = true;
 	SpinLockRelease(&dbs->mutex);
@@ -902,7 +904,8 @@ floor_xact_callback(XactEvent event, void *arg)
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
 		SpinLockAcquire(&dbs->mutex);
-		my_slot->token_floor = Max(my_slot->token_floor, pending_floor);
+		if (pg_atomic_read_u64(&my_slot->token_floor) < pending_floor)
+			pg_atomic_write_u64(&my_slot->token_floor, pending_floor);
 		SpinLockRelease(&dbs->mutex);
 	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
@@ -939,9 +942,8 @@ dlock_persist_note_token(uint64 token)
 	Datum		arg;
 	uint64		floor;
 
-	SpinLockAcquire(&dbs->mutex);
-	floor = my_slot->token_floor;
-	SpinLockRelease(&dbs->mutex);
+	/* every grant asks: a read, no lock (writers hold the mutex) */
+	floor = pg_atomic_read_u64(&my_slot->token_floor);
 	if (token < floor || token < pending_floor || XactReadOnly || RecoveryInProgress())
 		return;
 	if (!registered)
