@@ -4,7 +4,7 @@ EXTENSION = dlock
 EXTVERSION = 1.0
 
 MODULE_big = dlock
-OBJS = src/dlock.o src/shmem.o src/tokens.o src/wait.o src/xact.o src/lease.o src/persist.o src/worker.o src/funcs.o src/fence.o
+OBJS = src/dlock.o src/engine.o src/tokens.o src/wait.o src/xact.o src/lease.o src/store.o src/worker.o src/api.o src/fence.o
 DATA = sql/dlock--$(EXTVERSION).sql
 
 # pg_regress tests: every sql/*.sql but the extension's own scripts, setup

@@ -1,13 +1,13 @@
 /*
  * args.h
- *		Checks of the SQL functions' arguments, shared by funcs.c and fence.c.
+ *		Checks of the SQL functions' arguments, shared by api.c and fence.c.
  */
 #ifndef DLOCK_ARGS_H
 #define DLOCK_ARGS_H
 
 #include "fmgr.h"
 
-#include "lease.h"
+#include "engine.h"
 
 /* The two text arguments with limits; whole messages, so they translate */
 typedef enum DLockTextArg

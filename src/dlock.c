@@ -10,8 +10,8 @@
 #include "utils/guc.h"
 
 #include "dlock.h"
-#include "persist.h"
-#include "shmem.h"
+#include "engine.h"
+#include "store.h"
 #include "tokens.h"
 #include "wait.h"
 #include "worker.h"
@@ -179,7 +179,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("dlock");
 
 	dlock_worker_register();
-	dlock_persist_hook_drops();
+	dlock_store_hook_drops();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = dlock_shmem_request_hook;

@@ -21,7 +21,7 @@
 
 #include "args.h"
 #include "lease.h"
-#include "persist.h"
+#include "store.h"
 #include "xact.h"
 
 PG_FUNCTION_INFO_V1(dlock_fence);
@@ -100,7 +100,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 	int			len;
 
 	check_writable();
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	dlock_text_arg(fcinfo, 0, ARG_NAME, &name, &len);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -187,7 +187,7 @@ dlock_fenced(PG_FUNCTION_ARGS)
 
 	check_writable();
 	/* the first call in a database after a restart may be this one */
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	row = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	name = name_col ? SPI_getvalue(row, desc, name_col) : args[0];
 	if (name == NULL)

@@ -11,6 +11,11 @@
  * or a semaphore of N permits (up to N leases).  Each lease has its own
  * owner, expiry and token.  A new request is granted at once only if it
  * fits and nobody is queued, so FIFO holds across modes.
+ *
+ * Locking: one partition lock at a time, never while sleeping, reading
+ * the lease table or allocating tokens from their file; a durable grant's
+ * row is written after the lock is released (the lease carries the
+ * granting transaction's id, so nobody acts on it until that ends).
  */
 #include "postgres.h"
 
@@ -24,7 +29,7 @@
 #include "utils/memutils.h"
 
 #include "lease.h"
-#include "persist.h"
+#include "store.h"
 #include "tokens.h"
 #include "wait.h"
 #include "xact.h"
@@ -37,7 +42,7 @@ reclaim_expired(void)
 	int64		next;
 
 	do
-		next = dlock_lease_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_CALLER, &mine);
+		next = dlock_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_CALLER, &mine);
 	while (next != 0 && next <= dlock_mono_now());
 }
 
@@ -142,7 +147,7 @@ insert_row(const DLockRequest *req, DLockRow *row, int64 expires, int64 now)
 {
 	row->expires_at = dlock_mono_to_wall(expires, now, GetCurrentTimestamp());
 	row->ttl = req->ttl;
-	dlock_persist_insert(&req->key, row);
+	dlock_store_insert(&req->key, row);
 }
 
 /*
@@ -233,7 +238,7 @@ extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
 		version = row->version;
 	}
 	else if (durable)
-		version = dlock_persist_update(&req->key, token,
+		version = dlock_store_update(&req->key, token,
 									   dlock_mono_to_wall(expires, now, GetCurrentTimestamp()),
 									   req->ttl);
 	else
@@ -270,7 +275,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 		dlock_wait_prepare();
 		/* another backend may grant us the lease: it needs our xid */
 		if (req->durable)
-			xid = dlock_persist_xid();
+			xid = dlock_store_xid();
 	}
 	op = dlock_xact_begin(req);
 
@@ -337,7 +342,7 @@ retry:
 			dlock_drop_if_unused(head);
 			LWLockRelease(lock);
 			dlock_wake_all();
-			xid = dlock_persist_xid();
+			xid = dlock_store_xid();
 			goto retry;
 		}
 		lease = dlock_grant(head, &req->owner, req->roleid, MyProcPid, req->ttl, now,
@@ -402,7 +407,7 @@ retry:
 			return 0;
 		}
 		dlock_xact_granted(op, token);
-		dlock_persist_note_token(token);
+		dlock_store_note_token(token);
 		if (!req->durable)
 			return token;
 
@@ -430,7 +435,7 @@ retry:
 		fill_row(&row, lease, 1);
 	LWLockRelease(lock);
 	dlock_wake_all();
-	dlock_persist_note_token(token);
+	dlock_store_note_token(token);
 	if (durable)
 		insert_row(req, &row, now + req->ttl, now);
 	return token;
@@ -541,7 +546,7 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	dlock_xact_renew_set(op, held.token, now + req->ttl, 0);
 	if (held.durable)
 	{
-		version = dlock_persist_update(&req->key, held.token, *expires_at, req->ttl);
+		version = dlock_store_update(&req->key, held.token, *expires_at, req->ttl);
 		dlock_xact_renew_set(op, held.token, now + req->ttl, version);
 		/* its row is gone: released from another session meanwhile */
 		if (version == 0)
@@ -563,7 +568,7 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 		return false;
 	dlock_xact_release(req, held.token, held.durable);
 	if (held.durable)
-		dlock_persist_delete(&req->key, held.token);
+		dlock_store_delete(&req->key, held.token);
 	return true;
 }
 
@@ -642,7 +647,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 			continue;
 		dlock_xact_release(&holder, found[i].token, found[i].durable);
 		if (found[i].durable)
-			dlock_persist_delete(&req->key, found[i].token);
+			dlock_store_delete(&req->key, found[i].token);
 		found[n++] = found[i];
 	}
 	*broken = found;
@@ -718,110 +723,4 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			return result;
 		member_of = other_role;
 	}
-}
-
-void
-dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token, bool row_deleted)
-{
-	LWLock	   *lock = dlock_partition_lock(hash);
-	DLockEntry *lease;
-
-	dlock_wake_init();
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = dlock_find_lease(key, hash, token);
-	if (lease != NULL)
-	{
-		DLockEntry *head = dlock_head_of(lease);
-
-		int64		now = dlock_mono_now();
-
-		if (row_deleted)
-			lease->version = 0;
-		if (lease->pins > 0)
-			dlock_release_pinned(lease, now);
-		else
-			dlock_end_lease(lease);
-		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
-	}
-	LWLockRelease(lock);
-	dlock_wake_all();
-}
-
-/*
- * Drops a pin of the lease if it still carries token (a renewal, extension
- * or fence ended with its transaction), and with expires (at commit) moves
- * its expiry, unless it is durable and already has a row version as new as
- * version.  A lease left expired goes to the next waiters.
- */
-void
-dlock_lease_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
-					   int64 expires, int64 version)
-{
-	LWLock	   *lock = dlock_partition_lock(hash);
-	DLockEntry *lease;
-
-	dlock_wake_init();
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = dlock_find_lease(key, hash, token);
-	if (lease != NULL)
-	{
-		dlock_unpin(lease);
-		if (expires != 0 && !lease->released &&
-			(!lease->durable || version > lease->version))
-		{
-			dlock_set_expires(lease, expires);
-			if (lease->durable)
-				lease->version = version;
-		}
-		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
-	}
-	LWLockRelease(lock);
-	dlock_wake_all();
-}
-
-/*
- * Ends leases that are due (past expiry and lock-delay), partition by
- * partition, at most batch per partition per lock hold: the next waiters get
- * the name, and a durable lease's row is left for dlock_sweep().  Returns
- * when the next lease falls due (0: none), or now when a batch was cut
- * short.  *mine counts this database's ended memory-only leases.
- */
-int64
-dlock_lease_expire_due(int batch, DLockStat stat, int *mine)
-{
-	int64		next = 0;
-	bool		more = false;
-
-	dlock_wake_init();
-	for (int p = 0; p < DLOCK_PARTITIONS; p++)
-	{
-		LWLock	   *lock = dlock_partition_lock((uint32) p);
-		DLockEntry *lease;
-		int64		now;
-		int			n = 0;
-
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		/* read per partition: leases granted here run from this moment */
-		now = dlock_mono_now();
-		while ((lease = dlock_earliest(p)) != NULL && dlock_free_at(lease) <= now)
-		{
-			DLockEntry *head = dlock_head_of(lease);
-
-			if (n++ == batch)
-			{
-				more = true;	/* come back at once */
-				break;
-			}
-			dlock_count(stat);
-			if (!lease->durable && lease->key.dbid == MyDatabaseId)
-				(*mine)++;
-			dlock_end_lease(lease);
-			dlock_settle(head, now, stat, false);
-		}
-		if (lease != NULL && (next == 0 || dlock_free_at(lease) < next))
-			next = dlock_free_at(lease);
-		LWLockRelease(lock);
-		dlock_wake_all();
-	}
-	return more ? dlock_mono_now() : next;
 }

@@ -7,19 +7,7 @@
 #ifndef DLOCK_LEASE_H
 #define DLOCK_LEASE_H
 
-#include "shmem.h"
-
-typedef struct DLockRequest
-{
-	DLockKey	key;
-	uint32		hash;
-	DLockOwner	owner;
-	Oid			roleid;
-	int64		ttl;			/* microseconds */
-	bool		durable;		/* a new grant goes to the lease table */
-	DLockMode	mode;
-	int32		permits;		/* 0: a plain lock; else a semaphore's size */
-} DLockRequest;
+#include "engine.h"
 
 /* A lease broken by dlock_force_release() */
 typedef struct DLockBroken
@@ -46,17 +34,5 @@ typedef enum DLockFenceResult
 extern DLockFenceResult dlock_lease_fence(const DLockRequest *req, uint64 token,
 										  uint64 *current);
 extern int	dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken);
-
-/*
- * Frees the lease if it still carries token; used at commit and on undo.
- * row_deleted: the caller's transaction deleted the lease's row (or took
- * back its insert).
- */
-extern void dlock_lease_free(const DLockKey *key, uint32 hash, uint64 token,
-							 bool row_deleted);
-extern void dlock_lease_set_expiry(const DLockKey *key, uint32 hash,
-								   uint64 token, int64 expires, int64 version);
-
-extern int64 dlock_lease_expire_due(int batch, DLockStat stat, int *mine);
 
 #endif							/* DLOCK_LEASE_H */

@@ -8,6 +8,10 @@
  * head waiter also arms a timer for the holders' expiry, so a dead holder is
  * replaced on time even with no worker running; the others sleep until their
  * own deadline.
+ *
+ * Locking: a queue belongs to its name's partition lock; latches are set
+ * only after that lock is released; a waiter sleeps holding no LWLock and
+ * wakes on cancel, statement_timeout and postmaster death.
  */
 #include "postgres.h"
 
@@ -20,6 +24,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "engine.h"
 #include "tokens.h"
 #include "wait.h"
 
@@ -516,4 +521,114 @@ dlock_sleep(bool holds_pins)
 	}
 	PG_END_TRY();
 	return token;
+}
+
+/*
+ * Frees the lease if it still carries token (a release at commit, or a grant
+ * taken back) and hands the name to the next waiters.
+ */
+void
+dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_deleted)
+{
+	LWLock	   *lock = dlock_partition_lock(hash);
+	DLockEntry *lease;
+
+	dlock_wake_init();
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = dlock_find_lease(key, hash, token);
+	if (lease != NULL)
+	{
+		DLockEntry *head = dlock_head_of(lease);
+
+		int64		now = dlock_mono_now();
+
+		if (row_deleted)
+			lease->version = 0;
+		if (lease->pins > 0)
+			dlock_release_pinned(lease, now);
+		else
+			dlock_end_lease(lease);
+		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+	}
+	LWLockRelease(lock);
+	dlock_wake_all();
+}
+
+/*
+ * Drops a pin of the lease if it still carries token (a renewal, extension
+ * or fence ended with its transaction), and with expires (at commit) moves
+ * its expiry, unless it is durable and already has a row version as new as
+ * version.  A lease left expired goes to the next waiters.
+ */
+void
+dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
+					   int64 expires, int64 version)
+{
+	LWLock	   *lock = dlock_partition_lock(hash);
+	DLockEntry *lease;
+
+	dlock_wake_init();
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = dlock_find_lease(key, hash, token);
+	if (lease != NULL)
+	{
+		dlock_unpin(lease);
+		if (expires != 0 && !lease->released &&
+			(!lease->durable || version > lease->version))
+		{
+			dlock_set_expires(lease, expires);
+			if (lease->durable)
+				lease->version = version;
+		}
+		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
+	}
+	LWLockRelease(lock);
+	dlock_wake_all();
+}
+
+/*
+ * Ends leases that are due (past expiry and lock-delay), partition by
+ * partition, at most batch per partition per lock hold: the next waiters get
+ * the name, and a durable lease's row is left for dlock_sweep().  Returns
+ * when the next lease falls due (0: none), or now when a batch was cut
+ * short.  *mine counts this database's ended memory-only leases.
+ */
+int64
+dlock_expire_due(int batch, DLockStat stat, int *mine)
+{
+	int64		next = 0;
+	bool		more = false;
+
+	dlock_wake_init();
+	for (int p = 0; p < DLOCK_PARTITIONS; p++)
+	{
+		LWLock	   *lock = dlock_partition_lock((uint32) p);
+		DLockEntry *lease;
+		int64		now;
+		int			n = 0;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		/* read per partition: leases granted here run from this moment */
+		now = dlock_mono_now();
+		while ((lease = dlock_earliest(p)) != NULL && dlock_free_at(lease) <= now)
+		{
+			DLockEntry *head = dlock_head_of(lease);
+
+			if (n++ == batch)
+			{
+				more = true;	/* come back at once */
+				break;
+			}
+			dlock_count(stat);
+			if (!lease->durable && lease->key.dbid == MyDatabaseId)
+				(*mine)++;
+			dlock_end_lease(lease);
+			dlock_settle(head, now, stat, false);
+		}
+		if (lease != NULL && (next == 0 || dlock_free_at(lease) < next))
+			next = dlock_free_at(lease);
+		LWLockRelease(lock);
+		dlock_wake_all();
+	}
+	return more ? dlock_mono_now() : next;
 }

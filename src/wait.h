@@ -14,7 +14,7 @@
 
 #include "storage/proc.h"
 
-#include "shmem.h"
+#include "engine.h"
 
 typedef enum DLockWaitState
 {
@@ -68,5 +68,17 @@ extern DLockWaiter *dlock_waiter_slots(int *count);
 extern void dlock_wake_init(void);
 extern void dlock_wake_later(PGPROC *proc);
 extern void dlock_wake_all(void);
+
+/*
+ * Frees the lease if it still carries token; used at commit and on undo.
+ * row_deleted: the caller's transaction deleted the lease's row (or took
+ * back its insert).
+ */
+extern void dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token,
+							   bool row_deleted);
+extern void dlock_handoff_set_expiry(const DLockKey *key, uint32 hash,
+								   uint64 token, int64 expires, int64 version);
+
+extern int64 dlock_expire_due(int batch, DLockStat stat, int *mine);
 
 #endif							/* DLOCK_WAIT_H */

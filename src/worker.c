@@ -9,6 +9,9 @@
  * are deleted by a sweeper it starts there, which does what dlock_sweep()
  * does and exits.  Waiters never depend on the worker: each times its holder's
  * expiry itself.
+ *
+ * Locking: expiries take one partition lock at a time, a batch at most per
+ * hold; the sweeper holds none while it writes rows.
  */
 #include "postgres.h"
 
@@ -26,9 +29,9 @@
 #include "utils/snapmgr.h"
 #include "utils/wait_event.h"
 
-#include "lease.h"
-#include "persist.h"
-#include "shmem.h"
+#include "engine.h"
+#include "store.h"
+#include "wait.h"
 #include "worker.h"
 
 #define MAX_SWEEPERS	8
@@ -73,7 +76,7 @@ static void
 start_sweepers(Oid *running, BackgroundWorkerHandle **handles)
 {
 	Oid			dbids[MAX_SWEEPERS];
-	int			n = dlock_persist_dead_databases(dbids, MAX_SWEEPERS);
+	int			n = dlock_store_dead_databases(dbids, MAX_SWEEPERS);
 	pid_t		pid;
 
 	for (int i = 0; i < MAX_SWEEPERS; i++)
@@ -139,7 +142,7 @@ dlock_worker_main(Datum arg)
 		{
 			/* "awake" first: an earlier lease granted meanwhile sets our latch */
 			dlock_watch_at(DLOCK_WATCH_AWAKE);
-			next = dlock_lease_expire_due(dlock_worker_batch,
+			next = dlock_expire_due(dlock_worker_batch,
 										  DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
 			start_sweepers(running, handles);
 			dlock_watch_at(next == 0 ? DLOCK_WATCH_IDLE : (uint64) next);
@@ -179,19 +182,19 @@ dlock_sweeper_main(Datum arg)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "dlock sweep");
-	if (dlock_persist_installed())
+	if (dlock_store_installed())
 	{
 		int64		next;
 
-		dlock_persist_ensure_loaded();
+		dlock_store_ensure_loaded();
 		do
-			next = dlock_lease_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP,
+			next = dlock_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP,
 										  &unused);
 		while (next != 0 && next <= dlock_mono_now());
-		(void) dlock_persist_sweep_rows();
+		(void) dlock_store_sweep_rows();
 	}
 	else
-		dlock_persist_forget_dead_rows();	/* or we would be sent again */
+		dlock_store_forget_dead_rows();	/* or we would be sent again */
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);

@@ -10,6 +10,9 @@
  * it only when the row write that says so has committed, and a rolled-back
  * write never touches it.  A committed subtransaction hands its log to its
  * parent.
+ *
+ * Locking: the log is backend-local; applying it takes the partition lock
+ * of one name at a time (through wait.c).
  */
 #include "postgres.h"
 
@@ -420,11 +423,11 @@ undo_from(int level)
 		if (op->level < level)
 			break;
 		if (op->kind == DLOCK_OP_ACQUIRE)
-			dlock_lease_free(&op->key, op->hash, op->token, true);
+			dlock_handoff_free(&op->key, op->hash, op->token, true);
 		else if ((op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE) &&
 				 op->token != 0)
 		{
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, 0);
+			dlock_handoff_set_expiry(&op->key, op->hash, op->token, 0, 0);
 			if (op->kind == DLOCK_OP_FENCE)
 				fence_undone(op, i);
 		}
@@ -456,16 +459,16 @@ apply_commit(void)
 			continue;
 		if (op->kind == DLOCK_OP_RENEW)
 		{
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, op->expires,
+			dlock_handoff_set_expiry(&op->key, op->hash, op->token, op->expires,
 								   op->version);
 			if (op->renewal)
 				dlock_count(DLOCK_STAT_RENEWALS);
 		}
 		else if (op->kind == DLOCK_OP_FENCE)
-			dlock_lease_set_expiry(&op->key, op->hash, op->token, 0, 0);
+			dlock_handoff_set_expiry(&op->key, op->hash, op->token, 0, 0);
 		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL)
 		{
-			dlock_lease_free(&op->key, op->hash, op->token, op->durable);
+			dlock_handoff_free(&op->key, op->hash, op->token, op->durable);
 			dlock_count(DLOCK_STAT_RELEASES);
 		}
 	}

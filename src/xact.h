@@ -10,7 +10,7 @@
 #ifndef DLOCK_XACT_H
 #define DLOCK_XACT_H
 
-#include "lease.h"
+#include "engine.h"
 
 struct DLockOp;
 

@@ -1,7 +1,10 @@
 /*
- * funcs.c
+ * api.c
  *		SQL-callable functions: argument checks, then the lease operations.
  *		The fencing functions and triggers are in fence.c.
+ *
+ * Locking: views take all partition locks in order (shared), copy what they
+ * show, and release them before returning rows.
  */
 #include "postgres.h"
 
@@ -21,7 +24,7 @@
 
 #include "args.h"
 #include "lease.h"
-#include "persist.h"
+#include "store.h"
 #include "wait.h"
 #include "xact.h"
 
@@ -255,7 +258,7 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 	int			len;
 
 	check_primary();
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 
 	dlock_text_arg(fcinfo, name_argno, ARG_NAME, &data, &len);
 	dlock_set_name(req, data, len);
@@ -456,7 +459,7 @@ acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
 	volatile bool all = false;
 
 	check_primary();
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	names = names_arg(fcinfo, &count);
 	memset(&req, 0, sizeof(req));
 	owner_arg(fcinfo, owner_argno, &req);
@@ -526,7 +529,7 @@ dlock_release_all(PG_FUNCTION_ARGS)
 	int			released = 0;
 
 	check_primary();
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	names = names_arg(fcinfo, &count);
 	memset(&req, 0, sizeof(req));
 	owner_arg(fcinfo, 1, &req);
@@ -563,10 +566,10 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 	/* A standby has no grants of its own: show the replicated table. */
 	if (RecoveryInProgress())
 	{
-		dlock_persist_list(rsinfo->setResult, rsinfo->setDesc);
+		dlock_store_list(rsinfo->setResult, rsinfo->setDesc);
 		return (Datum) 0;
 	}
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	copies = palloc(sizeof(DLockEntry) * maxcopies);
 
 	dlock_lock_all_partitions(LW_SHARED);
@@ -654,7 +657,7 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (RecoveryInProgress())
 		return (Datum) 0;
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	slots = dlock_waiter_slots(&nslots);
 	rows = palloc(sizeof(WaiterRow) * nslots);
 
@@ -718,14 +721,14 @@ dlock_sweep(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot sweep dlock leases during recovery")));
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	do
 	{
-		next = dlock_lease_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP, &mine);
+		next = dlock_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP, &mine);
 		CHECK_FOR_INTERRUPTS();
 	} while (next != 0 && next <= dlock_mono_now());
 
-	PG_RETURN_INT64(mine + dlock_persist_sweep_rows());
+	PG_RETURN_INT64(mine + dlock_store_sweep_rows());
 }
 
 Datum
@@ -782,7 +785,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot change dlock leases during recovery")));
-	dlock_persist_ensure_loaded();
+	dlock_store_ensure_loaded();
 	dlock_text_arg(fcinfo, 0, ARG_NAME, &name, &len);
 	memset(&req, 0, sizeof(req));
 	dlock_set_name(&req, name, len);

@@ -1,5 +1,5 @@
 /*
- * persist.c
+ * store.c
  *		Durable state: the per-database lease table that is the source of
  *		truth after a crash, and its rebuild into shared memory.
  *
@@ -7,6 +7,10 @@
  * table's owner.  Writers of one row queue on its row lock, so its versions
  * follow commit order; shared memory takes an expiry only from a newer
  * version (see xact.c).
+ *
+ * Locking: SPI and heap access only without partition locks; per-database
+ * state (table OIDs, token floors, dead-row flags) under its slot's
+ * spinlock, the floor also in an atomic read by every grant.
  */
 #include "postgres.h"
 
@@ -42,8 +46,8 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "persist.h"
-#include "shmem.h"
+#include "engine.h"
+#include "store.h"
 #include "tokens.h"
 #include "wait.h"
 
@@ -184,7 +188,7 @@ extension_schema(void)
 
 /* Whether the extension is installed in this database (for the sweepers). */
 bool
-dlock_persist_installed(void)
+dlock_store_installed(void)
 {
 	return OidIsValid(extension_schema());
 }
@@ -653,7 +657,7 @@ load_database(DbSlot *slot, Oid old_relid, Oid relid)
  * One backend loads; others wait (interruptibly) and take over if it dies.
  */
 void
-dlock_persist_ensure_loaded(void)
+dlock_store_ensure_loaded(void)
 {
 	lookup_table();
 	if (my_slot == NULL)
@@ -882,7 +886,7 @@ drop_hook(ObjectAccessType access, Oid classId, Oid objectId, int subId,
 }
 
 void
-dlock_persist_hook_drops(void)
+dlock_store_hook_drops(void)
 {
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = drop_hook;
@@ -935,7 +939,7 @@ floor_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * does.
  */
 void
-dlock_persist_note_token(uint64 token)
+dlock_store_note_token(uint64 token)
 {
 	static bool registered = false;
 	AsOwner		saved;
@@ -991,7 +995,7 @@ dlock_persist_note_token(uint64 token)
  * there, and none to send another sweeper for.
  */
 void
-dlock_persist_forget_dead_rows(void)
+dlock_store_forget_dead_rows(void)
 {
 	DbSlot	   *slot;
 
@@ -1004,7 +1008,7 @@ dlock_persist_forget_dead_rows(void)
 
 /* The databases with rows to delete or move, for the worker to send a sweeper. */
 int
-dlock_persist_dead_databases(Oid *dbids, int max)
+dlock_store_dead_databases(Oid *dbids, int max)
 {
 	int			n = 0;
 
@@ -1033,7 +1037,7 @@ dlock_persist_dead_databases(Oid *dbids, int max)
  * clock says expired.
  */
 int64
-dlock_persist_sweep_rows(void)
+dlock_store_sweep_rows(void)
 {
 	AsOwner		saved;
 	Datum		args[4];
@@ -1166,7 +1170,7 @@ execute(SPIPlanPtr plan, Datum *args, const char *nulls, long tcount)
  * grant, as assigning it may fail; a read-only transaction is refused here.
  */
 TransactionId
-dlock_persist_xid(void)
+dlock_store_xid(void)
 {
 	check_writable();
 	return GetTopTransactionId();
@@ -1180,7 +1184,7 @@ dlock_persist_xid(void)
  * sweeper) it leaves to the sweeper rather than wait for them.
  */
 void
-dlock_persist_insert(const DLockKey *key, const DLockRow *row)
+dlock_store_insert(const DLockKey *key, const DLockRow *row)
 {
 	AsOwner		saved;
 	Datum		args[10];
@@ -1229,7 +1233,7 @@ dlock_persist_insert(const DLockKey *key, const DLockRow *row)
  * new version, or 0.
  */
 int64
-dlock_persist_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
+dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 					 int64 ttl)
 {
 	AsOwner		saved;
@@ -1268,7 +1272,7 @@ dlock_persist_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 
 /* Deletes the row of the lease with token (a release). */
 void
-dlock_persist_delete(const DLockKey *key, uint64 token)
+dlock_store_delete(const DLockKey *key, uint64 token)
 {
 	AsOwner		saved;
 	Datum		args[2];
@@ -1291,7 +1295,7 @@ dlock_persist_delete(const DLockKey *key, uint64 token)
 
 /* The leases of the table, for dlock_locks on a hot standby. */
 void
-dlock_persist_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
+dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
 {
 	AsOwner		saved;
 

@@ -1,5 +1,5 @@
 /*
- * shmem.h
+ * engine.h
  *		The shared-memory lease table: a partitioned hash of named leases.
  *
  * A name has a head entry while it is held or has waiters.  The head carries
@@ -9,8 +9,8 @@
  * Every field of an entry, and the queue hanging off a head, is protected by
  * the LWLock of the name's partition.
  */
-#ifndef DLOCK_SHMEM_H
-#define DLOCK_SHMEM_H
+#ifndef DLOCK_ENGINE_H
+#define DLOCK_ENGINE_H
 
 #include "lib/ilist.h"
 #include "lib/pairingheap.h"
@@ -195,4 +195,17 @@ extern void dlock_end_lease(DLockEntry *lease);
 extern void dlock_drop_if_unused(DLockEntry *head);
 extern int64 dlock_next_free_at(DLockEntry *head);
 
-#endif							/* DLOCK_SHMEM_H */
+/* What an operation asks for: a name, who asks, and the lease wanted */
+typedef struct DLockRequest
+{
+	DLockKey	key;
+	uint32		hash;
+	DLockOwner	owner;
+	Oid			roleid;
+	int64		ttl;			/* microseconds */
+	bool		durable;		/* a new grant goes to the lease table */
+	DLockMode	mode;
+	int32		permits;		/* 0: a plain lock; else a semaphore's size */
+} DLockRequest;
+
+#endif							/* DLOCK_ENGINE_H */

@@ -1,5 +1,5 @@
 /*
- * shmem.c
+ * engine.c
  *		The shared-memory lease table.
  *
  * A dynahash partitioned like the heavyweight lock manager's: the low bits of
@@ -23,14 +23,14 @@
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
-#include "shmem.h"
+#include "engine.h"
 #include "tokens.h"
 
 typedef struct DLockShared
 {
 	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
 	pg_atomic_uint32 nentries;
-	/* entries per database, by the slot persist.c gave the database */
+	/* entries per database, by the slot store.c gave the database */
 	pg_atomic_uint32 db_entries[DLOCK_MAX_DATABASES];
 	/* per database: rows that ended leases left for the sweeper */
 	pg_atomic_uint32 db_dead_rows[DLOCK_MAX_DATABASES];
@@ -92,7 +92,7 @@ partition_heap(int partition)
 	return heap;
 }
 
-/* this backend's database slot (persist.c's), whose entries it counts */
+/* this backend's database slot (store.c's), whose entries it counts */
 static int	my_db = -1;
 
 void

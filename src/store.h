@@ -1,0 +1,47 @@
+/*
+ * store.h
+ *		Durability: the per-database lease table that rebuilds shared memory
+ *		after a restart or crash.
+ */
+#ifndef DLOCK_STORE_H
+#define DLOCK_STORE_H
+
+#include "access/tupdesc.h"
+#include "utils/tuplestore.h"
+
+#include "engine.h"
+
+/* per-database state and lease table */
+extern Size dlock_db_shmem_size(void);
+extern void dlock_db_shmem_init(void);
+extern bool dlock_store_installed(void);
+extern void dlock_store_ensure_loaded(void);
+extern void dlock_store_hook_drops(void);
+/* What a lease row holds */
+typedef struct DLockRow
+{
+	DLockOwner	owner;
+	Oid			roleid;
+	uint64		token;
+	TimestampTz granted_at;
+	TimestampTz expires_at;
+	int64		ttl;			/* microseconds */
+	int64		version;
+	DLockMode	mode;
+	int32		permits;
+	bool		takeover;		/* a grant that also deletes the rows of the
+								 * name's older, ended leases */
+} DLockRow;
+
+extern TransactionId dlock_store_xid(void);
+extern void dlock_store_insert(const DLockKey *key, const DLockRow *row);
+extern int64 dlock_store_update(const DLockKey *key, uint64 token,
+								  TimestampTz expires_at, int64 ttl);
+extern void dlock_store_delete(const DLockKey *key, uint64 token);
+extern void dlock_store_note_token(uint64 token);
+extern void dlock_store_forget_dead_rows(void);
+extern int	dlock_store_dead_databases(Oid *dbids, int max);
+extern int64 dlock_store_sweep_rows(void);
+extern void dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc);
+
+#endif							/* DLOCK_STORE_H */
