@@ -38,6 +38,10 @@ bench:
 # the regress and isolation suites under valgrind (not part of make test)
 valgrind:
 	bash test/valgrind/run.sh
+# formats src/ and cli/ as pgindent does (needs pg_bsd_indent: Debian package pg-bsd-indent)
+.PHONY: indent
+indent: all
+	bash tools/indent.sh src/*.c src/*.h cli/*.c $(wildcard cli/*.h)
 # the fuzz back to back with crashes, for SOAK_MINUTES (default 10); not part of make test
 .PHONY: soak
 soak:

@@ -92,7 +92,7 @@ dlock_interval_usecs(const Interval *span)
 		pg_add_s64_overflow(result, span->time, &result))
 	{
 		double		approx = ((double) span->month * DAYS_PER_MONTH + span->day) *
-			USECS_PER_DAY + span->time;
+		USECS_PER_DAY + span->time;
 
 		return approx < 0 ? PG_INT64_MIN : PG_INT64_MAX;
 	}

@@ -110,8 +110,8 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	/*
-	 * Only new entries are checked against it, so it can change on reload:
-	 * a database left above a lowered share keeps what it has.
+	 * Only new entries are checked against it, so it can change on reload: a
+	 * database left above a lowered share keeps what it has.
 	 */
 	DefineCustomIntVariable("dlock.max_locks_per_database",
 							"Maximum number of leases held or awaited at once in one database; 0 means no limit but dlock.max_locks.",

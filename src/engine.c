@@ -177,6 +177,7 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 	info.hash = key_hash_fn;
 	info.match = key_match_fn;
 	info.num_partitions = DLOCK_PARTITIONS;
+
 	/*
 	 * Fixed size: the leases of one name share a free list (the low bits of
 	 * their hashes agree), and a short list must borrow from the others, not

@@ -20,7 +20,7 @@
 
 #include "dlock.h"
 
-#define DLOCK_PARTITIONS	64		/* power of two */
+#define DLOCK_PARTITIONS	64	/* power of two */
 
 typedef struct DLockKey
 {
@@ -61,7 +61,7 @@ typedef struct DLockEntry
 	uint32		hash;			/* of key */
 	int32		pins;			/* open transactions that renewed or fenced
 								 * the lease: it cannot end before they do */
-	DLockPinner pinners[DLOCK_MAX_PINNERS];	/* who holds the pins */
+	DLockPinner pinners[DLOCK_MAX_PINNERS]; /* who holds the pins */
 	uint64		token;			/* fencing token of the lease; 0 = none */
 	int64		expires;		/* monotonic clock, microseconds; set it with
 								 * dlock_set_expires() */

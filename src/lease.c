@@ -239,8 +239,8 @@ extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
 	}
 	else if (durable)
 		version = dlock_store_update(&req->key, token,
-									   dlock_mono_to_wall(expires, now, GetCurrentTimestamp()),
-									   req->ttl);
+									 dlock_mono_to_wall(expires, now, GetCurrentTimestamp()),
+									 req->ttl);
 	else
 		version = 0;
 	dlock_xact_renew_set(op, token, expires, version);
@@ -268,7 +268,11 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	if (timeout == 0 && refused_at_a_glance(req))
 		return 0;
 	dlock_xact_register();
-	/* only calls that may grant reserve tokens: a release works on a full disk */
+
+	/*
+	 * only calls that may grant reserve tokens: a release works on a full
+	 * disk
+	 */
 	dlock_token_prefetch();
 	if (timeout != 0)
 	{

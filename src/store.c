@@ -69,13 +69,12 @@ typedef struct DbSlot
 								 * InvalidOid: not loaded since the start */
 	DbState		state;
 	int			loader_pid;
-	pg_atomic_uint64 token_floor;	/* what its dlock_token_floor says, as last
-								 * read or committed */
-	bool		stale_expiries;	/* rows of restored leases may still hold
-								 * the old server's expiry */
+	pg_atomic_uint64 token_floor;	/* what its dlock_token_floor says, as
+									 * last read or committed */
+	bool		stale_expiries; /* rows of restored leases may still hold the
+								 * old server's expiry */
 	bool		loaded;			/* loaded once since the server started (a
-								 * dropped and re-created extension keeps
-								 * it) */
+								 * dropped and re-created extension keeps it) */
 } DbSlot;
 
 typedef struct DbSlots
@@ -726,7 +725,8 @@ dlock_store_ensure_loaded(void)
  * --------------------------------------------------------------------- */
 
 static object_access_hook_type prev_object_access_hook = NULL;
-static Oid	dropped_db = InvalidOid;	/* by DROP DATABASE, in this transaction */
+static Oid	dropped_db = InvalidOid;	/* by DROP DATABASE, in this
+										 * transaction */
 static bool dropped_ext = false;	/* dlock's extension, in this transaction */
 static Oid	kept_relid = InvalidOid;	/* see kept_lease_table() */
 
@@ -1091,8 +1091,8 @@ dlock_store_sweep_rows(void)
 		/*
 		 * A row someone has locked (a grant clearing the name's old rows, a
 		 * release, a renewal) is left for the next sweep: waiting for it,
-		 * with the rows written so far still locked, could deadlock with
-		 * that writer.
+		 * with the rows written so far still locked, could deadlock with that
+		 * writer.
 		 */
 		args[0] = PointerGetDatum(name);
 		args[1] = Int64GetDatum((int64) token);
@@ -1195,8 +1195,8 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 		Oid			types[10] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, INTERVALOID};
 		const char *insert = " INSERT INTO %1$s"
-			" (name, owner, role, token, granted_at, expires_at, ttl, version, mode, permits)"
-			" VALUES ($1, $2, $3, $4, $5, $6, $10, $9, $7, $8)";
+		" (name, owner, role, token, granted_at, expires_at, ttl, version, mode, permits)"
+		" VALUES ($1, $2, $3, $4, $5, $6, $10, $9, $7, $8)";
 
 		plan_write = prepare(insert, 10, types);
 		plan_takeover = prepare(psprintf("WITH older AS (DELETE FROM %%1$s"
@@ -1234,7 +1234,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
  */
 int64
 dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
-					 int64 ttl)
+				   int64 ttl)
 {
 	AsOwner		saved;
 	Datum		args[4];

@@ -17,6 +17,7 @@ extern void dlock_db_shmem_init(void);
 extern bool dlock_store_installed(void);
 extern void dlock_store_ensure_loaded(void);
 extern void dlock_store_hook_drops(void);
+
 /* What a lease row holds */
 typedef struct DLockRow
 {
@@ -36,7 +37,7 @@ typedef struct DLockRow
 extern TransactionId dlock_store_xid(void);
 extern void dlock_store_insert(const DLockKey *key, const DLockRow *row);
 extern int64 dlock_store_update(const DLockKey *key, uint64 token,
-								  TimestampTz expires_at, int64 ttl);
+								TimestampTz expires_at, int64 ttl);
 extern void dlock_store_delete(const DLockKey *key, uint64 token);
 extern void dlock_store_note_token(uint64 token);
 extern void dlock_store_forget_dead_rows(void);

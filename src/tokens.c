@@ -33,8 +33,8 @@ typedef struct TokenState
 {
 	LWLock	   *lock;			/* serializes reservations and floor raises */
 	pg_atomic_uint64 next;		/* next token to hand out */
-	pg_atomic_uint64 reserved_end;	/* the file covers every token below
-									 * this; only published after fsync */
+	pg_atomic_uint64 reserved_end;	/* the file covers every token below this;
+									 * only published after fsync */
 } TokenState;
 
 static TokenState *tokens = NULL;

@@ -562,7 +562,7 @@ dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_dele
  */
 void
 dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
-					   int64 expires, int64 version)
+						 int64 expires, int64 version)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
 	DLockEntry *lease;

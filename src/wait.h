@@ -34,7 +34,8 @@ typedef struct DLockWaiter
 	DLockKey	key;			/* the head's key, to find the lease once
 								 * granted */
 	uint32		hash;			/* hash of that key */
-	int64		wake_at;		/* when this waiter's own timer fires; 0 = never */
+	int64		wake_at;		/* when this waiter's own timer fires; 0 =
+								 * never */
 	uint64		token;			/* set when granted */
 	int64		ttl;
 	int64		deadline;		/* monotonic; 0 = wait without limit */
@@ -42,7 +43,7 @@ typedef struct DLockWaiter
 	TimestampTz deadline_wall;	/* for display; 0 = none */
 	Oid			roleid;
 	TransactionId durable_xid;	/* durable: the transaction that will write
-									 * the row of the lease granted; else invalid */
+								 * the row of the lease granted; else invalid */
 	uint8		mode;			/* DLockMode asked for */
 	bool		reserved;		/* counted an entry for its lease */
 	DLockOwner	owner;
@@ -77,7 +78,7 @@ extern void dlock_wake_all(void);
 extern void dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token,
 							   bool row_deleted);
 extern void dlock_handoff_set_expiry(const DLockKey *key, uint32 hash,
-								   uint64 token, int64 expires, int64 version);
+									 uint64 token, int64 expires, int64 version);
 
 extern int64 dlock_expire_due(int batch, DLockStat stat, int *mine);
 

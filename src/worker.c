@@ -118,7 +118,11 @@ dlock_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
-	/* no database, like the logical replication launcher: shows in pg_stat_activity */
+
+	/*
+	 * no database, like the logical replication launcher: shows in
+	 * pg_stat_activity
+	 */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	dlock_watch_expiries(MyLatch);
@@ -140,10 +144,13 @@ dlock_worker_main(Datum arg)
 			dlock_watch_at(DLOCK_WATCH_NEVER);
 		else
 		{
-			/* "awake" first: an earlier lease granted meanwhile sets our latch */
+			/*
+			 * "awake" first: an earlier lease granted meanwhile sets our
+			 * latch
+			 */
 			dlock_watch_at(DLOCK_WATCH_AWAKE);
 			next = dlock_expire_due(dlock_worker_batch,
-										  DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
+									DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
 			start_sweepers(running, handles);
 			dlock_watch_at(next == 0 ? DLOCK_WATCH_IDLE : (uint64) next);
 		}
@@ -189,12 +196,12 @@ dlock_sweeper_main(Datum arg)
 		dlock_store_ensure_loaded();
 		do
 			next = dlock_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP,
-										  &unused);
+									&unused);
 		while (next != 0 && next <= dlock_mono_now());
 		(void) dlock_store_sweep_rows();
 	}
 	else
-		dlock_store_forget_dead_rows();	/* or we would be sent again */
+		dlock_store_forget_dead_rows(); /* or we would be sent again */
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);

@@ -215,7 +215,7 @@ log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
  * that nothing can fail between the change in shared memory and its record
  * here.  Until completed it has no effect; dlock_xact_forget() drops it.
  */
-DLockOp *
+DLockOp    *
 dlock_xact_begin(const DLockRequest *req)
 {
 	return log_op(DLOCK_OP_RENEW, req, 0);
@@ -296,7 +296,7 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 	op->durable = durable;
 }
 
-DLockOp *
+DLockOp    *
 dlock_xact_renew(const DLockRequest *req)
 {
 	DLockOp    *op = log_op(DLOCK_OP_RENEW, req, 0);
@@ -306,7 +306,7 @@ dlock_xact_renew(const DLockRequest *req)
 }
 
 /* A fence about to pin a lease: completed by dlock_xact_fence_set(). */
-DLockOp *
+DLockOp    *
 dlock_xact_fence(const DLockRequest *req)
 {
 	/* the name's entry is made now: completing the op must not allocate */
@@ -460,7 +460,7 @@ apply_commit(void)
 		if (op->kind == DLOCK_OP_RENEW)
 		{
 			dlock_handoff_set_expiry(&op->key, op->hash, op->token, op->expires,
-								   op->version);
+									 op->version);
 			if (op->renewal)
 				dlock_count(DLOCK_STAT_RENEWALS);
 		}
