@@ -16,14 +16,14 @@ objs=$(find "$top/src" "$top/cli" -name '*.o')
 [[ -n "$objs" ]] || { echo "indent: build first (make), the typedefs come from the objects" >&2; exit 1; }
 
 typedefs=$(mktemp)
-trap 'rm -f "$typedefs"' EXIT
+out=$(mktemp)
+trap 'rm -f "$typedefs" "$out"' EXIT
 # shellcheck disable=SC2086
 objdump -W $objs | awk '/DW_TAG_typedef/ { t = 1; next }
 	t && /DW_AT_name/ { print $NF; t = 0 }' | sort -u >"$typedefs"
 
 for f in "$@"; do
 	pg_bsd_indent -bad -bap -bbb -bc -bl -cli1 -cp33 -cdb -nce -d0 -di12 \
-		-nfc1 -i4 -l79 -lp -lpl -nip -npro -sac -tpg -ts4 -U"$typedefs" "$f"
-	rm -f "$f.BAK"
-	sed -i -E 's/^([A-Za-z_][A-Za-z0-9_]*)\t+ *\*$/\1 */' "$f"
+		-nfc1 -i4 -l79 -lp -lpl -nip -npro -sac -tpg -ts4 -U"$typedefs" "$f" "$out"
+	sed -E 's/^([A-Za-z_][A-Za-z0-9_]*)\t+ *\*$/\1 */' "$out" >"$f"
 done
