@@ -1,5 +1,5 @@
 /*
- * dlock.c
+ * main.c
  *		The dlock command: run a command while holding a dlock lease, and
  *		take, release and list leases from the shell.
  *
