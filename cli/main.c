@@ -72,19 +72,13 @@
 
 #include <libpq-fe.h>
 
+#include "args.h"
 #include "cli.h"
 #include "descendants.h"
 #include "run.h"
 #include "session.h"
 #include "signals.h"
 
-#define DLOCK_CLI_VERSION	"1.0"
-
-#define DEFAULT_TTL_MS		30000
-#define DEFAULT_GRACE_MS	5000
-#define MIN_TTL_MS			1000
-#define MAX_TTL_MS			(7 * 86400 * (int64_t) 1000)	/* the server's limit */
-#define MAX_DURATION_MS		MAX_TTL_MS	/* of any DUR argument */
 #define MAX_MARGIN_MS		1000	/* safety margin: min(this, ttl / 10) */
 #define RECONNECT_WINDOW_MS	10000	/* while waiting: how long to retry */
 #define RELEASE_WINDOW_MS	5000	/* at exit: how long to try to release */
@@ -92,7 +86,6 @@
 #define BACKOFF_MAX_MS		1000
 #define GROUP_POLL_MS		20		/* polling for the last descendants */
 #define KILL_WAIT_MS		5000	/* after SIGKILL: how long to wait */
-#define MAX_OWNER_LEN		128
 #define MAX_SENT_PIDS		32		/* backends that got our acquire calls */
 
 const char *progname = "dlock";
@@ -101,8 +94,6 @@ const char *progname = "dlock";
 bool		verbose = false;
 
 /* ---------------------------------------------------------------- messages */
-
-static void usage_error(const char *fmt,...) DLOCK_PRINTF(1, 2) DLOCK_NORETURN;
 
 void
 msg(const char *fmt,...)
@@ -114,56 +105,6 @@ msg(const char *fmt,...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-/*
- * Parses a duration: a non-negative decimal number with an optional unit
- * (ms, s, m, h, d and their long forms; seconds by default).  Returns 1 and
- * sets *out, 0 if s is not a duration, -1 if it is longer than
- * MAX_DURATION_MS.
- */
-static int
-parse_duration(const char *s, ms_t *out)
-{
-	static const struct
-	{
-		const char *unit;
-		double		ms;
-	}			units[] = {
-		{"", 1000}, {"ms", 1}, {"msec", 1}, {"msecs", 1},
-		{"millisecond", 1}, {"milliseconds", 1},
-		{"s", 1000}, {"sec", 1000}, {"secs", 1000},
-		{"second", 1000}, {"seconds", 1000},
-		{"m", 60000}, {"min", 60000}, {"mins", 60000},
-		{"minute", 60000}, {"minutes", 60000},
-		{"h", 3600000}, {"hour", 3600000}, {"hours", 3600000},
-		{"d", 86400000}, {"day", 86400000}, {"days", 86400000},
-	};
-	char	   *end;
-	double		v;
-
-	if (!isdigit((unsigned char) s[0]) && s[0] != '.')
-		return 0;
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || (errno != 0 && errno != ERANGE) || isnan(v) || v < 0)
-		return 0;
-	while (*end == ' ')
-		end++;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-	{
-		if (strcmp(end, units[i].unit) == 0)
-		{
-			/* rounded to whole ms before the check: 7d + 0.4ms is 7 days */
-			double		ms = v * units[i].ms + 0.5;
-
-			if (!isfinite(ms) || ms >= (double) MAX_DURATION_MS + 1)
-				return -1;
-			*out = (ms_t) ms;	/* ms >= 0.5: truncation rounds */
-			return 1;
-		}
-	}
-	return 0;
 }
 
 /* Formats a duration for messages: "1.5 s", "250 ms". */
@@ -195,7 +136,7 @@ static const char *lease_owner;
 static const char *lease_mode = "exclusive";	/* or "shared" */
 static const char *lease_permits = NULL;	/* a semaphore's size, as text */
 static char lease_token[32];
-static ms_t ttl_ms = DEFAULT_TTL_MS;
+static ms_t ttl_ms;
 static ms_t grace_ms = -1;
 static ms_t margin_ms;
 static ms_t lease_end;			/* conservative end of the lease (monotonic) */
@@ -1241,385 +1182,29 @@ cmd_status(const char *name)
 
 /* ---------------------------------------------------------------- main */
 
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-			"dlock runs a command while holding a dlock lease, and takes, releases and lists leases.\n"
-			"\n"
-			"Usage:\n"
-			"  dlock [OPTION]... run [--ttl DUR] [--timeout DUR | --no-wait] [--grace DUR]\n"
-			"                        [--shared | --permits N]\n"
-			"                        [--owner OWNER] NAME -- COMMAND [ARG]...\n"
-			"  dlock [OPTION]... try [--ttl DUR] [--shared | --permits N] [--owner OWNER] NAME\n"
-			"  dlock [OPTION]... release --owner OWNER [--token TOKEN] NAME\n"
-			"  dlock [OPTION]... status [NAME]\n"
-			"  dlock --help | --version\n"
-			"\n"
-			"run   takes the lease (waiting for it unless --no-wait), runs COMMAND in a process\n"
-			"      group of its own with DLOCK_NAME, DLOCK_OWNER and DLOCK_TOKEN set, renews the\n"
-			"      lease every third of its TTL, forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1\n"
-			"      and SIGUSR2 to the group, and releases the lease once COMMAND and every process\n"
-			"      it started are gone (on Linux also those that left the group: setsid, daemons).\n"
-			"      If the lease is lost (a renewal finds it gone, or none succeeds before it may\n"
-			"      end), or COMMAND exits leaving processes behind, they all get SIGTERM, then\n"
-			"      SIGKILL after the grace period.\n"
-			"try   takes the lease if it is free and prints \"TOKEN OWNER\"; it is not renewed.\n"
-			"release  releases OWNER's lease on NAME (only with TOKEN, if given).\n"
-			"status   lists holders and waiters (of NAME, or of every name).\n"
-			"\n"
-			"Options (before or after the subcommand):\n"
-			"  -d CONNINFO, --dbname=CONNINFO\n"
-			"                         connection string or URI (after -d, as the next argument);\n"
-			"                         otherwise libpq's defaults and PGHOST, PGPORT, PGDATABASE,\n"
-			"                         PGUSER, PGSERVICE, ...\n"
-			"  -v, --verbose          report grants, renewals and forwarded signals on stderr\n"
-			"  -h, --help             show this help\n"
-			"      --version          show the version\n"
-			"  --ttl=DUR              lease time (default 30s; at least 1s)\n"
-			"  --timeout=DUR          run: wait at most DUR for the lease (default: forever;\n"
-			"                         0 is --no-wait)\n"
-			"  --no-wait              run: exit 69 at once if the lease is busy\n"
-			"  --shared               run, try: a shared lease (others may hold shared ones too)\n"
-			"  --permits=N            run, try: one of N permits of a semaphore (at most N hold\n"
-			"                         NAME at once; every holder must give the same N)\n"
-			"  --grace=DUR            run: SIGTERM to SIGKILL (default 5s, or a quarter of the\n"
-			"                         TTL if less; must be less than half the TTL)\n"
-			"  --owner=OWNER          lease owner (default dlock-run:HOST:PID, dlock-try:HOST:PID)\n"
-			"  --token=TOKEN          release: only the lease with this fencing token\n"
-			"DUR is a number with an optional unit: ms, s, m, h, d (default s): 500ms, 1.5s, 2m;\n"
-			"at most 7 days.\n"
-			"\n"
-			"Exit status:\n"
-			"  run: the command's status, or 128+N if signal N killed it; or one of\n"
-			"    64 usage error               69 lease busy (--no-wait; try)\n"
-			"    70 the server refused a call (or the extension is not installed)\n"
-			"    71 system error (fork, pipe)\n"
-			"    75 timed out waiting         76 lease lost (the command was terminated)\n"
-			"    77 connection failure        126 command not executable, 127 not found\n"
-			"    128+N interrupted by signal N before the command started\n"
-			"  release: 0 released, 1 nothing to release; status NAME: 0 held, 1 not held.\n"
-			"  dlock prints a message on stderr whenever the status is its own.\n");
-}
-
-static void
-usage_error(const char *fmt,...)
-{
-	va_list		ap;
-
-	fprintf(stderr, "%s: ", progname);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\nTry \"%s --help\" for more information.\n", progname);
-	exit(EXIT_USAGE);
-}
-
-/*
- * Takes the value of -d or --dbname, which getopt_long() just returned.  The
- * short option takes its value only as the next argument, so that a word
- * such as "-debug" is not read as "-d ebug": a connection string.
- */
-static void
-dbname_option(char **argv, int longindex)
-{
-	if (longindex < 0 && optarg != argv[optind - 1])
-		usage_error("unknown option \"%s\" (-d takes its connection string as the next argument: -d CONNINFO, or --dbname=CONNINFO)",
-					argv[optind - 1]);
-	conninfo = optarg;
-}
-
-/* Reports a getopt_long() error for argv: c is ':' or '?'. */
-static void
-option_error(int c, char **argv)
-{
-	if (c == ':')
-		usage_error("option %s needs an argument", argv[optind - 1]);
-	if (optopt != 0)
-		usage_error("unknown option -%c", optopt);
-	usage_error("unknown option %s", argv[optind - 1]);
-}
-
-static ms_t
-duration_arg(const char *opt, const char *val)
-{
-	ms_t		ms = 0;
-
-	switch (parse_duration(val, &ms))
-	{
-		case 0:
-			usage_error("invalid duration for --%s: \"%s\" (examples: 30s, 500ms, 2m)", opt, val);
-			break;
-		case -1:
-			usage_error("--%s must be at most 7 days: \"%s\"", opt, val);
-			break;
-	}
-	return ms;
-}
-
-static char *
-default_owner(const char *kind)
-{
-	char		host[256];
-	static char owner[MAX_OWNER_LEN + 1];
-
-	if (gethostname(host, sizeof(host)) != 0)
-		snprintf(host, sizeof(host), "unknown");
-	host[sizeof(host) - 1] = '\0';
-	/* keep the pid when the host name is long */
-	snprintf(owner, sizeof(owner), "dlock-%s:%.*s:%d", kind,
-			 MAX_OWNER_LEN - 24, host, (int) getpid());
-	return owner;
-}
-
-enum
-{
-	OPT_TTL = 1000,
-	OPT_TIMEOUT,
-	OPT_NOWAIT,
-	OPT_GRACE,
-	OPT_OWNER,
-	OPT_TOKEN,
-	OPT_SHARED,
-	OPT_PERMITS,
-	OPT_VERSION
-};
-
 int
 main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"dbname", required_argument, NULL, 'd'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, OPT_VERSION},
-		{"ttl", required_argument, NULL, OPT_TTL},
-		{"timeout", required_argument, NULL, OPT_TIMEOUT},
-		{"no-wait", no_argument, NULL, OPT_NOWAIT},
-		{"grace", required_argument, NULL, OPT_GRACE},
-		{"owner", required_argument, NULL, OPT_OWNER},
-		{"token", required_argument, NULL, OPT_TOKEN},
-		{"shared", no_argument, NULL, OPT_SHARED},
-		{"permits", required_argument, NULL, OPT_PERMITS},
-		{NULL, 0, NULL, 0}
-	};
-	static const struct option global_longopts[] = {
-		{"dbname", required_argument, NULL, 'd'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, OPT_VERSION},
-		{NULL, 0, NULL, 0}
-	};
-	int			i;
-	int			longindex;
-	const char *sub;
-	char	  **sargv;
-	int			sargc;
-	int			optc;
-	int			dashdash = -1;
-	const char *owner = NULL;
-	const char *token = NULL;
-	bool		nowait = false;
-	bool		ttl_given = false;
-	bool		timeout_given = false;
-	bool		grace_given = false;
-	ms_t		timeout_ms = -1;
-	int			npos;
-	char	  **pos;
+	Args		args;
 
-	/* options before the subcommand: -d, -v, -h, --version */
-	opterr = 0;
-	optind = 1;
-	for (;;)
+	parse_args(argc, argv, &args);
+	conninfo = args.conninfo;
+	verbose = args.verbose;
+	ttl_ms = args.ttl_ms;
+	grace_ms = args.grace_ms;
+	lease_mode = args.mode;
+	lease_permits = args.permits;
+	switch (args.command)
 	{
-		longindex = -1;
-		optc = getopt_long(argc, argv, "+:d:vh", global_longopts, &longindex);
-		if (optc == -1)
-			break;
-		switch (optc)
-		{
-			case 'd':
-				dbname_option(argv, longindex);
-				break;
-			case 'v':
-				verbose = true;
-				break;
-			case 'h':
-				usage(stdout);
-				return 0;
-			case OPT_VERSION:
-				printf("dlock %s\n", DLOCK_CLI_VERSION);
-				return 0;
-			default:
-				option_error(optc, argv);
-		}
+		case CMD_RUN:
+			return cmd_run(args.name, args.owner, args.nowait, args.timeout_ms,
+						   args.argv);
+		case CMD_TRY:
+			return cmd_try(args.name, args.owner);
+		case CMD_RELEASE:
+			return cmd_release(args.name, args.owner, args.token);
+		case CMD_STATUS:
+			return cmd_status(args.name);
 	}
-	i = optind;
-	if (i >= argc)
-		usage_error("no subcommand given (run, try, release or status)");
-	sub = argv[i];
-	if (strcmp(sub, "help") == 0)
-	{
-		usage(stdout);
-		return 0;
-	}
-	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 &&
-		strcmp(sub, "release") != 0 && strcmp(sub, "status") != 0)
-		usage_error("unknown subcommand \"%s\" (run, try, release or status)", sub);
-
-	/* the subcommand's arguments, with the subcommand as argv[0] */
-	sargv = argv + i;
-	sargc = argc - i;
-	for (int k = 1; k < sargc; k++)
-	{
-		if (strcmp(sargv[k], "--") == 0)
-		{
-			dashdash = k;
-			break;
-		}
-	}
-	/*
-	 * run without "--": options stop at NAME, the rest is the command.  With
-	 * "--", options may come anywhere before it.
-	 */
-	optind = 0;					/* 0: start afresh on a new argv */
-	for (;;)
-	{
-		longindex = -1;
-		optc = getopt_long(dashdash >= 0 ? dashdash : sargc, sargv,
-						   strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
-						   longopts, &longindex);
-		if (optc == -1)
-			break;
-		switch (optc)
-		{
-			case 'd':
-				dbname_option(sargv, longindex);
-				break;
-			case 'v':
-				verbose = true;
-				break;
-			case 'h':
-				usage(stdout);
-				return 0;
-			case OPT_VERSION:
-				printf("dlock %s\n", DLOCK_CLI_VERSION);
-				return 0;
-			case OPT_TTL:
-				ttl_ms = duration_arg("ttl", optarg);
-				ttl_given = true;
-				break;
-			case OPT_TIMEOUT:
-				timeout_ms = duration_arg("timeout", optarg);
-				timeout_given = true;
-				break;
-			case OPT_NOWAIT:
-				nowait = true;
-				break;
-			case OPT_GRACE:
-				grace_ms = duration_arg("grace", optarg);
-				grace_given = true;
-				break;
-			case OPT_OWNER:
-				owner = optarg;
-				break;
-			case OPT_TOKEN:
-				token = optarg;
-				break;
-			case OPT_SHARED:
-				lease_mode = "shared";
-				break;
-			case OPT_PERMITS:
-				if (optarg[0] == '\0' || strspn(optarg, "0123456789") != strlen(optarg) ||
-					strlen(optarg) > 9 || atoi(optarg) < 1)
-					usage_error("--permits must be a whole number from 1");
-				lease_permits = optarg;
-				break;
-			default:
-				option_error(optc, sargv);
-		}
-	}
-	pos = sargv + optind;
-	npos = (dashdash >= 0 ? dashdash : sargc) - optind;
-
-	/* options that do not apply to the subcommand */
-	if (strcmp(sub, "run") != 0 && (timeout_given || nowait || grace_given))
-		usage_error("--timeout, --no-wait and --grace are options of run");
-	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && ttl_given)
-		usage_error("--ttl is an option of run and try");
-	if (strcmp(sub, "release") != 0 && token != NULL)
-		usage_error("--token is an option of release");
-	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 &&
-		(lease_permits != NULL || strcmp(lease_mode, "shared") == 0))
-		usage_error("--shared and --permits are options of run and try");
-	if (lease_permits != NULL && strcmp(lease_mode, "shared") == 0)
-		usage_error("--shared and --permits exclude each other");
-	if (strcmp(sub, "status") == 0 && owner != NULL)
-		usage_error("--owner is not an option of status");
-	if (owner != NULL && (owner[0] == '\0' || strlen(owner) > MAX_OWNER_LEN))
-		usage_error("--owner must be 1 to %d bytes", MAX_OWNER_LEN);
-	if (ttl_given && (ttl_ms < MIN_TTL_MS || ttl_ms > MAX_TTL_MS))
-		usage_error("--ttl must be at least 1s and at most 7 days");
-	if (token != NULL)
-	{
-		const char *p = token;
-
-		if (*p == '-')
-			p++;
-		if (*p == '\0' || strspn(p, "0123456789") != strlen(p) || strlen(p) > 19)
-			usage_error("--token must be an integer");
-	}
-	if (dashdash >= 0 && strcmp(sub, "run") != 0)
-		usage_error("\"--\" is only used by run");
-
-	if (strcmp(sub, "run") == 0)
-	{
-		char	  **cmd;
-
-		if (dashdash >= 0)
-		{
-			if (npos != 1)
-				usage_error(npos == 0 ? "run needs a NAME" :
-							"run takes one NAME before \"--\"");
-			cmd = sargv + dashdash + 1;
-		}
-		else
-		{
-			if (npos < 1)
-				usage_error("run needs a NAME and a COMMAND");
-			cmd = pos + 1;
-		}
-		if (*cmd == NULL)
-			usage_error("run needs a COMMAND after the NAME (dlock run NAME -- COMMAND)");
-		if (pos[0][0] == '\0')
-			usage_error("NAME must not be empty");
-		if (nowait && timeout_given)
-			usage_error("--no-wait and --timeout exclude each other");
-		if (timeout_given && timeout_ms == 0)
-			nowait = true;
-		if (!grace_given)
-			grace_ms = min_ms(DEFAULT_GRACE_MS, ttl_ms / 4);
-		else if (grace_ms * 2 >= ttl_ms)
-			usage_error("--grace must be less than half the TTL");
-		return cmd_run(pos[0], owner ? owner : default_owner("run"), nowait,
-					   timeout_given ? timeout_ms : -1, cmd);
-	}
-	if (strcmp(sub, "try") == 0)
-	{
-		if (npos != 1)
-			usage_error("try takes one NAME");
-		return cmd_try(pos[0], owner ? owner : default_owner("try"));
-	}
-	if (strcmp(sub, "release") == 0)
-	{
-		if (npos != 1)
-			usage_error("release takes one NAME");
-		if (owner == NULL)
-			usage_error("release needs --owner");
-		return cmd_release(pos[0], owner, token);
-	}
-	/* status */
-	if (npos > 1)
-		usage_error("status takes at most one NAME");
-	return cmd_status(npos == 1 ? pos[0] : NULL);
+	return EXIT_USAGE;
 }
