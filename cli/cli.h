@@ -37,6 +37,8 @@ typedef int64_t ms_t;
 
 #define NEVER	INT64_MAX
 
+#define RELEASE_WINDOW_MS	5000	/* at exit: how long to try to release */
+
 extern const char *progname;
 extern bool verbose;			/* -v */
 
