@@ -144,11 +144,10 @@ usage_error(const char *fmt,...)
 {
 	va_list		ap;
 
-	fprintf(stderr, "%s: ", progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	msg_va(fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry \"%s --help\" for more information.\n", progname);
+	fprintf(stderr, "Try \"%s --help\" for more information.\n", progname);
 	exit(EXIT_USAGE);
 }
 
@@ -222,68 +221,56 @@ enum
 	OPT_VERSION
 };
 
-/*
- * Reads and checks the command line into *a.  Exits on a usage error, and
- * after --help or --version.
- */
-void
-parse_args(int argc, char **argv, Args *a)
+/* the options that may also come before the subcommand */
+#define GLOBAL_OPTIONS \
+	{"dbname", required_argument, NULL, 'd'}, \
+	{"verbose", no_argument, NULL, 'v'}, \
+	{"help", no_argument, NULL, 'h'}, \
+	{"version", no_argument, NULL, OPT_VERSION}
+
+static const struct option global_options[] = {
+	GLOBAL_OPTIONS,
+	{NULL, 0, NULL, 0}
+};
+
+static const struct option subcommand_options[] = {
+	GLOBAL_OPTIONS,
+	{"ttl", required_argument, NULL, OPT_TTL},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"no-wait", no_argument, NULL, OPT_NOWAIT},
+	{"grace", required_argument, NULL, OPT_GRACE},
+	{"owner", required_argument, NULL, OPT_OWNER},
+	{"token", required_argument, NULL, OPT_TOKEN},
+	{"shared", no_argument, NULL, OPT_SHARED},
+	{"permits", required_argument, NULL, OPT_PERMITS},
+	{NULL, 0, NULL, 0}
+};
+
+/* which options with a default were given, for the checks */
+typedef struct
 {
-	static const struct option longopts[] = {
-		{"dbname", required_argument, NULL, 'd'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, OPT_VERSION},
-		{"ttl", required_argument, NULL, OPT_TTL},
-		{"timeout", required_argument, NULL, OPT_TIMEOUT},
-		{"no-wait", no_argument, NULL, OPT_NOWAIT},
-		{"grace", required_argument, NULL, OPT_GRACE},
-		{"owner", required_argument, NULL, OPT_OWNER},
-		{"token", required_argument, NULL, OPT_TOKEN},
-		{"shared", no_argument, NULL, OPT_SHARED},
-		{"permits", required_argument, NULL, OPT_PERMITS},
-		{NULL, 0, NULL, 0}
-	};
-	static const struct option global_longopts[] = {
-		{"dbname", required_argument, NULL, 'd'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, OPT_VERSION},
-		{NULL, 0, NULL, 0}
-	};
-	int			i;
-	int			longindex;
-	const char *sub;
-	char	  **sargv;
-	int			sargc;
-	int			optc;
-	int			dashdash = -1;
-	const char *owner = NULL;
-	const char *token = NULL;
-	bool		nowait = false;
-	bool		ttl_given = false;
-	bool		timeout_given = false;
-	bool		grace_given = false;
-	ms_t		timeout_ms = -1;
-	int			npos;
-	char	  **pos;
+	bool		ttl;
+	bool		timeout;
+	bool		grace;
+} Given;
 
-	*a = (Args)
-	{
-		.mode = "exclusive",
-		.ttl_ms = DEFAULT_TTL_MS,
-		.timeout_ms = -1,
-	};
-
-	/* options before the subcommand: -d, -v, -h, --version */
-	opterr = 0;
-	optind = 1;
+/*
+ * Reads the options of argv into *a with getopt_long(), from optind on,
+ * until it returns -1.  Both passes, before and after the subcommand, come
+ * here; the table they pass says which options they accept.  Exits after
+ * --help and --version, and on an error.
+ */
+static void
+read_options(int argc, char **argv, const char *optstring,
+			 const struct option *options, Args *a, Given *given)
+{
 	for (;;)
 	{
-		longindex = -1;
-		optc = getopt_long(argc, argv, "+:d:vh", global_longopts, &longindex);
+		int			longindex = -1;
+		int			optc = getopt_long(argc, argv, optstring, options, &longindex);
+
 		if (optc == -1)
-			break;
+			return;
 		switch (optc)
 		{
 			case 'd':
@@ -298,10 +285,69 @@ parse_args(int argc, char **argv, Args *a)
 			case OPT_VERSION:
 				printf("dlock %s\n", DLOCK_CLI_VERSION);
 				exit(0);
+			case OPT_TTL:
+				a->ttl_ms = duration_arg("ttl", optarg);
+				given->ttl = true;
+				break;
+			case OPT_TIMEOUT:
+				a->timeout_ms = duration_arg("timeout", optarg);
+				given->timeout = true;
+				break;
+			case OPT_NOWAIT:
+				a->nowait = true;
+				break;
+			case OPT_GRACE:
+				a->grace_ms = duration_arg("grace", optarg);
+				given->grace = true;
+				break;
+			case OPT_OWNER:
+				a->owner = optarg;
+				break;
+			case OPT_TOKEN:
+				a->token = optarg;
+				break;
+			case OPT_SHARED:
+				a->mode = "shared";
+				break;
+			case OPT_PERMITS:
+				if (optarg[0] == '\0' || strspn(optarg, "0123456789") != strlen(optarg) ||
+					strlen(optarg) > 9 || atoi(optarg) < 1)
+					usage_error("--permits must be a whole number from 1");
+				a->permits = optarg;
+				break;
 			default:
 				option_error(optc, argv);
 		}
 	}
+}
+
+/*
+ * Reads and checks the command line into *a.  Exits on a usage error, and
+ * after --help or --version.
+ */
+void
+parse_args(int argc, char **argv, Args *a)
+{
+	Given		given = {false, false, false};
+	int			i;
+	const char *sub;
+	char	  **sargv;
+	int			sargc;
+	int			dashdash = -1;
+	int			npos;
+	char	  **pos;
+
+	*a = (Args)
+	{
+		.mode = "exclusive",
+		.ttl_ms = DEFAULT_TTL_MS,
+		.timeout_ms = -1,
+	};
+
+	/* options before the subcommand: -d, -v, -h, --version */
+	opterr = 0;
+	optind = 1;
+	read_options(argc, argv, "+:d:vh", global_options, a, &given);
 	i = optind;
 	if (i >= argc)
 		usage_error("no subcommand given (run, try, release or status)");
@@ -331,86 +377,33 @@ parse_args(int argc, char **argv, Args *a)
 	 * "--", options may come anywhere before it.
 	 */
 	optind = 0;					/* 0: start afresh on a new argv */
-	for (;;)
-	{
-		longindex = -1;
-		optc = getopt_long(dashdash >= 0 ? dashdash : sargc, sargv,
-						   strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
-						   longopts, &longindex);
-		if (optc == -1)
-			break;
-		switch (optc)
-		{
-			case 'd':
-				a->conninfo = dbname_option(sargv, longindex);
-				break;
-			case 'v':
-				a->verbose = true;
-				break;
-			case 'h':
-				usage(stdout);
-				exit(0);
-			case OPT_VERSION:
-				printf("dlock %s\n", DLOCK_CLI_VERSION);
-				exit(0);
-			case OPT_TTL:
-				a->ttl_ms = duration_arg("ttl", optarg);
-				ttl_given = true;
-				break;
-			case OPT_TIMEOUT:
-				timeout_ms = duration_arg("timeout", optarg);
-				timeout_given = true;
-				break;
-			case OPT_NOWAIT:
-				nowait = true;
-				break;
-			case OPT_GRACE:
-				a->grace_ms = duration_arg("grace", optarg);
-				grace_given = true;
-				break;
-			case OPT_OWNER:
-				owner = optarg;
-				break;
-			case OPT_TOKEN:
-				token = optarg;
-				break;
-			case OPT_SHARED:
-				a->mode = "shared";
-				break;
-			case OPT_PERMITS:
-				if (optarg[0] == '\0' || strspn(optarg, "0123456789") != strlen(optarg) ||
-					strlen(optarg) > 9 || atoi(optarg) < 1)
-					usage_error("--permits must be a whole number from 1");
-				a->permits = optarg;
-				break;
-			default:
-				option_error(optc, sargv);
-		}
-	}
+	read_options(dashdash >= 0 ? dashdash : sargc, sargv,
+				 strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
+				 subcommand_options, a, &given);
 	pos = sargv + optind;
 	npos = (dashdash >= 0 ? dashdash : sargc) - optind;
 
 	/* options that do not apply to the subcommand */
-	if (strcmp(sub, "run") != 0 && (timeout_given || nowait || grace_given))
+	if (strcmp(sub, "run") != 0 && (given.timeout || a->nowait || given.grace))
 		usage_error("--timeout, --no-wait and --grace are options of run");
-	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && ttl_given)
+	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && given.ttl)
 		usage_error("--ttl is an option of run and try");
-	if (strcmp(sub, "release") != 0 && token != NULL)
+	if (strcmp(sub, "release") != 0 && a->token != NULL)
 		usage_error("--token is an option of release");
 	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 &&
 		(a->permits != NULL || strcmp(a->mode, "shared") == 0))
 		usage_error("--shared and --permits are options of run and try");
 	if (a->permits != NULL && strcmp(a->mode, "shared") == 0)
 		usage_error("--shared and --permits exclude each other");
-	if (strcmp(sub, "status") == 0 && owner != NULL)
+	if (strcmp(sub, "status") == 0 && a->owner != NULL)
 		usage_error("--owner is not an option of status");
-	if (owner != NULL && (owner[0] == '\0' || strlen(owner) > MAX_OWNER_LEN))
+	if (a->owner != NULL && (a->owner[0] == '\0' || strlen(a->owner) > MAX_OWNER_LEN))
 		usage_error("--owner must be 1 to %d bytes", MAX_OWNER_LEN);
-	if (ttl_given && (a->ttl_ms < MIN_TTL_MS || a->ttl_ms > MAX_TTL_MS))
+	if (given.ttl && (a->ttl_ms < MIN_TTL_MS || a->ttl_ms > MAX_TTL_MS))
 		usage_error("--ttl must be at least 1s and at most 7 days");
-	if (token != NULL)
+	if (a->token != NULL)
 	{
-		const char *p = token;
+		const char *p = a->token;
 
 		if (*p == '-')
 			p++;
@@ -441,19 +434,18 @@ parse_args(int argc, char **argv, Args *a)
 			usage_error("run needs a COMMAND after the NAME (dlock run NAME -- COMMAND)");
 		if (pos[0][0] == '\0')
 			usage_error("NAME must not be empty");
-		if (nowait && timeout_given)
+		if (a->nowait && given.timeout)
 			usage_error("--no-wait and --timeout exclude each other");
-		if (timeout_given && timeout_ms == 0)
-			nowait = true;
-		if (!grace_given)
+		if (given.timeout && a->timeout_ms == 0)
+			a->nowait = true;
+		if (!given.grace)
 			a->grace_ms = min_ms(DEFAULT_GRACE_MS, a->ttl_ms / 4);
 		else if (a->grace_ms * 2 >= a->ttl_ms)
 			usage_error("--grace must be less than half the TTL");
 		a->command = CMD_RUN;
 		a->name = pos[0];
-		a->owner = owner ? owner : default_owner("run");
-		a->nowait = nowait;
-		a->timeout_ms = timeout_given ? timeout_ms : -1;
+		if (a->owner == NULL)
+			a->owner = default_owner("run");
 		a->argv = cmd;
 		return;
 	}
@@ -463,19 +455,18 @@ parse_args(int argc, char **argv, Args *a)
 			usage_error("try takes one NAME");
 		a->command = CMD_TRY;
 		a->name = pos[0];
-		a->owner = owner ? owner : default_owner("try");
+		if (a->owner == NULL)
+			a->owner = default_owner("try");
 		return;
 	}
 	if (strcmp(sub, "release") == 0)
 	{
 		if (npos != 1)
 			usage_error("release takes one NAME");
-		if (owner == NULL)
+		if (a->owner == NULL)
 			usage_error("release needs --owner");
 		a->command = CMD_RELEASE;
 		a->name = pos[0];
-		a->owner = owner;
-		a->token = token;
 		return;
 	}
 	/* status */

@@ -8,6 +8,7 @@
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -42,7 +43,9 @@ typedef int64_t ms_t;
 extern const char *progname;
 extern bool verbose;			/* -v */
 
+/* "dlock: " and the message on stderr, as one line */
 extern void msg(const char *fmt,...) DLOCK_PRINTF(1, 2);
+extern void msg_va(const char *fmt, va_list ap) DLOCK_PRINTF(1, 0);
 
 #define vmsg(...) do { if (verbose) msg(__VA_ARGS__); } while (0)
 

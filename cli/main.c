@@ -28,15 +28,21 @@ const char *progname = "dlock";
 bool		verbose = false;
 
 void
+msg_va(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", progname);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void
 msg(const char *fmt,...)
 {
 	va_list		ap;
 
-	fprintf(stderr, "%s: ", progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	msg_va(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 int
