@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <time.h>
 
-/* Exit statuses of dlock itself (see usage() and cli/README.md). */
+/* Exit statuses of dlock itself (see usage() in args.c, and README.md). */
 #define EXIT_RELEASE_NONE	1	/* release: nothing released; status: free */
 #define EXIT_USAGE			64	/* EX_USAGE */
 #define EXIT_BUSY			69	/* EX_UNAVAILABLE: lock busy */

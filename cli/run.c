@@ -25,18 +25,19 @@
  *	  can give the name to anyone else.
  *
  * Everything runs in one thread around poll(): signals are turned into bytes
- * on a self-pipe, and every libpq call is asynchronous with a deadline, so a
- * hung server or network can never delay the kill.  Signals sent to dlock
- * (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to the command's group.
+ * on a self-pipe (signals.c), and every libpq call is asynchronous with a
+ * deadline (session.c), so a hung server or network can never delay the
+ * kill.  Signals sent to dlock (INT, TERM, HUP, QUIT, USR1, USR2) are
+ * forwarded to the command's group.
  *
  * On Linux dlock is a child subreaper: every orphan among the command's
  * descendants is reparented to dlock, so no descendant leaves dlock's tree
  * of processes except by dying, whatever group or session it moves to
  * (setsid, setpgid, daemons).  When the lease is lost or the command ends,
- * dlock therefore signals every descendant it finds in /proc, not only the
- * group, and it releases the lease only once it has no child left, that is,
- * once every descendant is gone.  The command's leader is killed if dlock
- * itself dies.
+ * dlock therefore signals every descendant it finds in /proc
+ * (descendants.c), not only the group, and it releases the lease only once
+ * it has no child left, that is, once every descendant is gone.  The
+ * command's leader is killed if dlock itself dies.
  *
  * Copyright: the dlock authors; same licence as the extension.
  */
@@ -129,6 +130,8 @@ term_deadline(void)
 {
 	return lease_end - margin_ms - grace_ms;
 }
+
+/* ---------------------------------------------------------------- the command's processes */
 
 /*
  * Sends sig to the command's process group and, on Linux, to every other
@@ -247,6 +250,8 @@ descendants_gone(void)
 		return no_children;
 	return kill(-child_pid, 0) != 0 && errno == ESRCH;
 }
+
+/* ---------------------------------------------------------------- the loop */
 
 static void
 handle_signal(int sig)
@@ -456,7 +461,7 @@ backoff_until(ms_t deadline)
 		sleep_until(deadline);
 }
 
-/* ---------------------------------------------------------------- run */
+/* ---------------------------------------------------------------- the lease */
 
 typedef enum
 {
@@ -821,6 +826,8 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 	}
 }
 
+/* ---------------------------------------------------------------- run */
+
 /*
  * Starts the command in a process group of its own, with DLOCK_NAME,
  * DLOCK_OWNER and DLOCK_TOKEN in its environment.
@@ -1004,7 +1011,8 @@ cmd_run(const Args *a)
 		return EXIT_LOST;
 	}
 	if (released == -1)
-		msg("could not release %s (%s); it ends by itself within its TTL", lease_name, last_error);
+		msg("could not release %s (%s); it ends by itself within its TTL",
+			lease_name, last_error);
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return WEXITSTATUS(status);
