@@ -1,0 +1,68 @@
+/*
+ * main.c
+ *		The dlock command: run a command while holding a dlock lease, and
+ *		take, release and list leases from the shell.
+ *
+ *		dlock run [options] NAME -- COMMAND [ARG]...
+ *		dlock try [options] NAME
+ *		dlock release --owner OWNER [--token TOKEN] NAME
+ *		dlock status [NAME]
+ *
+ * This file is the entry point: it reads the command line (args.c) and
+ * hands it to the subcommand, "run" in run.c, the others in oneshot.c.
+ * It also owns the messages on stderr that every file writes.
+ *
+ * Copyright: the dlock authors; same licence as the extension.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "args.h"
+#include "oneshot.h"
+#include "run.h"
+#include "session.h"
+
+const char *progname = "dlock";
+
+/* -v */
+bool		verbose = false;
+
+void
+msg_va(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", progname);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void
+msg(const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	msg_va(fmt, ap);
+	va_end(ap);
+}
+
+int
+main(int argc, char **argv)
+{
+	Args		args;
+
+	parse_args(argc, argv, &args);
+	conninfo = args.conninfo;
+	verbose = args.verbose;
+	switch (args.command)
+	{
+		case CMD_RUN:
+			return cmd_run(&args);
+		case CMD_TRY:
+			return cmd_try(&args);
+		case CMD_RELEASE:
+			return cmd_release(&args);
+		case CMD_STATUS:
+			return cmd_status(&args);
+	}
+	return EXIT_USAGE;			/* not reached: parse_args() sets a command */
+}

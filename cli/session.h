@@ -1,0 +1,57 @@
+/*
+ * session.h
+ *		The libpq session: one connection at a time, queries with deadlines,
+ *		and the SQL, named with the extension's schema.
+ *
+ * Copyright: the dlock authors; same licence as the extension.
+ */
+#ifndef DLOCK_SESSION_H
+#define DLOCK_SESSION_H
+
+#include <stddef.h>
+
+#include <libpq-fe.h>
+
+#include "cli.h"
+
+extern const char *conninfo;	/* -d; NULL: libpq's defaults */
+
+/* the connection; NULL when there is none */
+extern PGconn *conn;
+
+/* last connection or query error, for messages */
+extern char last_error[1024];
+
+typedef enum
+{
+	Q_OK,						/* *res is the result, possibly an error */
+	Q_CONNLOST,					/* the connection failed */
+	Q_TIMEOUT,					/* no answer by the deadline */
+	Q_ABANDONED					/* io_abandoned() */
+} QStatus;
+
+enum
+{
+	SQL_TRY,
+	SQL_ACQUIRE,
+	SQL_RENEW,
+	SQL_RELEASE,
+	SQL_HOLDER,
+	SQL_STATUS,
+	SQL_BACKENDS_LEFT,
+	SQL_GRANTED_TO,
+	NUM_SQL
+};
+
+/* the queries, once the schema is known */
+extern char *queries[NUM_SQL];
+
+extern bool connect_db(ms_t deadline);
+extern void close_conn(void);
+extern QStatus run_query(const char *sql, int nparams, const char *const *values,
+						 ms_t deadline, PGresult **res);
+extern bool is_argument_error(PGresult *res);
+extern void report_holder(const char *name, ms_t deadline);
+extern void interval_text(ms_t ms, char *buf, size_t len);
+
+#endif							/* DLOCK_SESSION_H */
