@@ -15,14 +15,17 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "catalog/objectaccess.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
+#include "catalog/index.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
@@ -41,6 +44,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -1151,6 +1155,152 @@ ttl_datum(int64 ttl)
 }
 
 /*
+ * A grant's insert and a release's delete, the two row writes of every
+ * durable cycle, bypass the executor while the table is as the extension
+ * made it (its primary key on (name, token) its only index; no trigger, rule
+ * or row security): a heap insert or delete and the key's index entry, as
+ * the executor makes them.  Executor start-up and teardown were a third of a
+ * durable cycle's instructions.  A table its owner changed takes SPI.
+ */
+#define ATT_NAME	1
+#define ATT_TOKEN	4
+#define LEASE_NATTS 10
+
+/*
+ * Opens the lease table and, if rows can be written directly, its key
+ * (returned in *index); else *index is NULL and the table is closed.
+ */
+static Relation
+open_direct(Relation *index)
+{
+	Relation	rel = table_open(lease_relid, RowExclusiveLock);
+	Relation	key;
+	List	   *indexes;
+
+	*index = NULL;
+	if (rel->trigdesc != NULL || rel->rd_rules != NULL ||
+		rel->rd_rel->relrowsecurity ||
+		RelationGetDescr(rel)->natts != LEASE_NATTS)
+	{
+		table_close(rel, NoLock);
+		return NULL;
+	}
+	indexes = RelationGetIndexList(rel);
+	if (list_length(indexes) != 1 || linitial_oid(indexes) != rel->rd_pkindex)
+	{
+		list_free(indexes);
+		table_close(rel, NoLock);
+		return NULL;
+	}
+	key = index_open(rel->rd_pkindex, RowExclusiveLock);
+	list_free(indexes);
+	if (key->rd_rel->relam != BTREE_AM_OID ||
+		key->rd_index->indnatts != 2 ||
+		key->rd_index->indkey.values[0] != ATT_NAME ||
+		key->rd_index->indkey.values[1] != ATT_TOKEN ||
+		!key->rd_index->indimmediate ||
+		RelationGetIndexExpressions(key) != NIL ||
+		RelationGetIndexPredicate(key) != NIL)
+	{
+		index_close(key, NoLock);
+		table_close(rel, NoLock);
+		return NULL;
+	}
+	*index = key;
+	return rel;
+}
+
+/* The locks are kept to the end of the transaction, as the executor keeps them. */
+static void
+close_direct(Relation rel, Relation index)
+{
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+}
+
+/* Inserts a row and its key's entry; false if it must go through SPI. */
+static bool
+insert_direct(Datum *values, bool *nulls)
+{
+	Relation	index;
+	Relation	rel;
+	HeapTuple	tuple;
+	IndexInfo  *info;
+
+	rel = open_direct(&index);
+	if (rel == NULL)
+		return false;
+	CommandCounterIncrement();
+	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	heap_insert(rel, tuple, GetCurrentCommandId(true), 0, NULL);
+	info = BuildIndexInfo(index);
+	{
+		Datum		key[2] = {values[ATT_NAME - 1], values[ATT_TOKEN - 1]};
+		bool		keynulls[2] = {false, false};
+
+		index_insert(index, key, keynulls, &tuple->t_self, rel,
+					 UNIQUE_CHECK_YES, false, info);
+	}
+	heap_freetuple(tuple);
+	close_direct(rel, index);
+	return true;
+}
+
+/*
+ * Deletes the row of (name, token), if there is one, waiting for another
+ * transaction writing it as a DELETE would; false if it must go through
+ * SPI.
+ */
+static bool
+delete_direct(Datum name, Datum token)
+{
+	Relation	index;
+	Relation	rel;
+
+	rel = open_direct(&index);
+	if (rel == NULL)
+		return false;
+	CommandCounterIncrement();
+	for (;;)
+	{
+		ScanKeyData keys[2];
+		SysScanDesc scan;
+		HeapTuple	tuple;
+		ItemPointerData tid;
+		TM_Result	result;
+		TM_FailureData tmfd;
+
+		ScanKeyEntryInitialize(&keys[0], 0, ATT_NAME, BTEqualStrategyNumber,
+							   InvalidOid, index->rd_indcollation[0],
+							   F_TEXTEQ, name);
+		ScanKeyInit(&keys[1], ATT_TOKEN, BTEqualStrategyNumber, F_INT8EQ,
+					token);
+		scan = systable_beginscan(rel, RelationGetRelid(index), true,
+								  GetLatestSnapshot(), 2, keys);
+		tuple = systable_getnext(scan);
+		if (HeapTupleIsValid(tuple))
+			tid = tuple->t_self;
+		systable_endscan(scan);
+		if (!HeapTupleIsValid(tuple))
+			break;
+
+		result = heap_delete(rel, &tid, GetCurrentCommandId(true),
+							 InvalidSnapshot, true, &tmfd, false);
+		if (result == TM_Ok || result == TM_Deleted || result == TM_SelfModified)
+			break;
+		if (result != TM_Updated)
+			elog(ERROR, "unexpected heap_delete status: %u", result);
+		/* a newer version was committed meanwhile: as the executor does */
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+	}
+	close_direct(rel, index);
+	return true;
+}
+
+/*
  * Runs a row statement of a lease operation.  Under REPEATABLE READ or
  * SERIALIZABLE the transaction's snapshot would hide rows committed since it
  * was taken (a release would delete nothing, a renewal update nothing), so
@@ -1189,6 +1339,30 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 	AsOwner		saved;
 	Datum		args[10];
 
+	check_writable();
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
+	args[2] = ObjectIdGetDatum(row->roleid);
+	args[3] = Int64GetDatum((int64) row->token);
+	args[4] = TimestampTzGetDatum(row->granted_at);
+	args[5] = TimestampTzGetDatum(row->expires_at);
+	args[6] = PointerGetDatum(cstring_to_text(dlock_mode_name(row->mode)));
+	args[7] = Int32GetDatum(row->permits);
+	args[8] = Int64GetDatum(row->version);
+	args[9] = ttl_datum(row->ttl);
+	ForceSyncCommit();
+	if (!row->takeover)
+	{
+		/* in the table's column order */
+		Datum		values[LEASE_NATTS] = {args[0], args[1], args[2], args[3],
+		args[4], args[5], args[9], args[8], args[6], args[7]};
+		bool		nulls[LEASE_NATTS] = {0};
+
+		nulls[LEASE_NATTS - 1] = (row->permits == 0);
+		if (insert_direct(values, nulls))
+			return;
+	}
+
 	spi_begin(&saved, true, false);
 	if (plan_write == NULL)
 	{
@@ -1207,22 +1381,11 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 										 " FOR UPDATE SKIP LOCKED)))%s", insert),
 								10, types);
 	}
-	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
-	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
-	args[2] = ObjectIdGetDatum(row->roleid);
-	args[3] = Int64GetDatum((int64) row->token);
-	args[4] = TimestampTzGetDatum(row->granted_at);
-	args[5] = TimestampTzGetDatum(row->expires_at);
-	args[6] = PointerGetDatum(cstring_to_text(dlock_mode_name(row->mode)));
-	args[7] = Int32GetDatum(row->permits);
-	args[8] = Int64GetDatum(row->version);
-	args[9] = ttl_datum(row->ttl);
 	if (execute(row->takeover ? plan_takeover : plan_write, args,
 				row->permits == 0 ? "       n  " : NULL, 0) != SPI_OK_INSERT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
 	spi_end(&saved);
-	ForceSyncCommit();
 }
 
 /*
@@ -1270,27 +1433,94 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	return version;
 }
 
+/*
+ * A release need not be on disk before it returns: if a crash loses it, the
+ * lease comes back and keeps its name until its TTL ends, which is safe.  So
+ * a transaction whose only WAL is its releases' row deletions commits
+ * without waiting for the flush (as under synchronous_commit = off); the next
+ * synchronous commit anywhere in the cluster (a grant's) flushes it.  Any
+ * other WAL of the transaction, before or after (a grant, a renewal, the
+ * caller's own writes), keeps its commit synchronous.
+ */
+typedef enum ReleaseWal
+{
+	RELEASE_WAL_NONE,			/* no release in this transaction */
+	RELEASE_WAL_ONLY,			/* all its WAL so far: releases, up to
+								 * release_wal_end */
+	RELEASE_WAL_MIXED			/* other WAL too */
+} ReleaseWal;
+
+static ReleaseWal release_wal = RELEASE_WAL_NONE;
+static XLogRecPtr release_wal_end = InvalidXLogRecPtr;
+static int	saved_synchronous_commit = -1;	/* -1: not changed */
+
+static void
+release_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (release_wal == RELEASE_WAL_ONLY &&
+				XactLastRecEnd == release_wal_end &&
+				synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+			{
+				/* read by RecordTransactionCommit, just after this */
+				saved_synchronous_commit = synchronous_commit;
+				synchronous_commit = SYNCHRONOUS_COMMIT_OFF;
+			}
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			if (saved_synchronous_commit >= 0)
+				synchronous_commit = saved_synchronous_commit;
+			saved_synchronous_commit = -1;
+			release_wal = RELEASE_WAL_NONE;
+			break;
+		default:
+			break;
+	}
+}
+
 /* Deletes the row of the lease with token (a release). */
 void
 dlock_store_delete(const DLockKey *key, uint64 token)
 {
+	static bool registered = false;
 	AsOwner		saved;
 	Datum		args[2];
+	XLogRecPtr	wal_before = XactLastRecEnd;
 
-	spi_begin(&saved, true, false);
-	if (plan_delete == NULL)
+	if (!registered)
 	{
-		Oid			types[2] = {TEXTOID, INT8OID};
-
-		plan_delete = prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
-							  " AND token OPERATOR(pg_catalog.=) $2", 2, types);
+		RegisterXactCallback(release_xact_callback, NULL);
+		registered = true;
 	}
+	check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
-	if (execute(plan_delete, args, NULL, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not delete a dlock lease row");
-	spi_end(&saved);
-	ForceSyncCommit();
+	if (!delete_direct(args[0], args[1]))
+	{
+		spi_begin(&saved, true, false);
+		if (plan_delete == NULL)
+		{
+			Oid			types[2] = {TEXTOID, INT8OID};
+
+			plan_delete = prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+								  " AND token OPERATOR(pg_catalog.=) $2", 2, types);
+		}
+		if (execute(plan_delete, args, NULL, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not delete a dlock lease row");
+		spi_end(&saved);
+	}
+	if (wal_before == InvalidXLogRecPtr ||
+		(release_wal == RELEASE_WAL_ONLY && wal_before == release_wal_end))
+	{
+		release_wal = RELEASE_WAL_ONLY;
+		release_wal_end = XactLastRecEnd;
+	}
+	else
+		release_wal = RELEASE_WAL_MIXED;
 }
 
 /* The leases of the table, for dlock_locks on a hot standby. */
