@@ -6,20 +6,21 @@ CREATE EXTENSION amcheck;
 
 -- written directly: many grants, half of them released; leases taken and
 -- released in one statement, and in one transaction
-SELECT count(dlock_try('rw' || i, '1 hour', 'o')) FROM generate_series(1, 200) i;
-SELECT count(*) FILTER (WHERE dlock_release('rw' || i, 'o')) FROM generate_series(1, 200, 2) i;
+SELECT count(dlock_try('rw' || i, '1 hour', 'o')) FROM generate_series(1, 20) i;
+SELECT count(*) FILTER (WHERE dlock_release('rw' || i, 'o')) FROM generate_series(1, 20, 2) i;
 SELECT dlock_try('same', '1 hour', 'o') IS NOT NULL AS taken, dlock_release('same', 'o') AS released;
 BEGIN;
 SELECT dlock_try('x1', '1 hour', 'o') IS NOT NULL AS taken;
 SELECT dlock_release('x1', 'o') AS released;
 SELECT dlock_try('x1', '1 hour', 'o') IS NOT NULL AS taken_again;
 COMMIT;
-SELECT count(*) AS rows, count(*) FILTER (WHERE name = 'x1') AS x1 FROM dlock_leases;
+SELECT count(*) AS rows, count(*) FILTER (WHERE name = 'x1') AS x1 FROM dlock_leases
+WHERE name ~ '^(rw|x1|same)';
 SELECT bt_index_check('dlock_leases_pkey', true);
 -- each row is found by its key
 SET enable_seqscan = off;
 SET enable_bitmapscan = off;
-SELECT count(*) AS found_by_key FROM generate_series(2, 200, 2) i
+SELECT count(*) AS found_by_key FROM generate_series(2, 20, 2) i
 WHERE EXISTS (SELECT FROM dlock_leases WHERE name = 'rw' || i);
 RESET enable_seqscan;
 RESET enable_bitmapscan;
@@ -57,8 +58,8 @@ DROP INDEX rw_expiry;
 
 -- directly again once the table is as it was
 SELECT dlock_release('i2', 'o') AS released;
-SELECT count(*) FILTER (WHERE dlock_release('rw' || i, 'o')) FROM generate_series(2, 200, 2) i;
+SELECT count(*) FILTER (WHERE dlock_release('rw' || i, 'o')) FROM generate_series(2, 20, 2) i;
 SELECT dlock_release('x1', 'o') AS released;
-SELECT count(*) AS rows FROM dlock_leases;
+SELECT count(*) AS rows FROM dlock_leases WHERE name ~ '^(rw|x1|same|t1|i1|i2)';
 SELECT bt_index_check('dlock_leases_pkey', true);
 DROP EXTENSION amcheck;
