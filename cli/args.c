@@ -340,8 +340,8 @@ parse_args(int argc, char **argv, Args *a)
 	*a = (Args)
 	{
 		.mode = "exclusive",
-		.ttl_ms = DEFAULT_TTL_MS,
-		.timeout_ms = -1,
+			.ttl_ms = DEFAULT_TTL_MS,
+			.timeout_ms = -1,
 	};
 
 	/* options before the subcommand: -d, -v, -h, --version */
@@ -372,6 +372,7 @@ parse_args(int argc, char **argv, Args *a)
 			break;
 		}
 	}
+
 	/*
 	 * run without "--": options stop at NAME, the rest is the command.  With
 	 * "--", options may come anywhere before it.

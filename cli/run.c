@@ -65,9 +65,9 @@
 #define RECONNECT_WINDOW_MS	10000	/* while waiting: how long to retry */
 #define BACKOFF_MIN_MS		100
 #define BACKOFF_MAX_MS		1000
-#define GROUP_POLL_MS		20		/* polling for the last descendants */
+#define GROUP_POLL_MS		20	/* polling for the last descendants */
 #define KILL_WAIT_MS		5000	/* after SIGKILL: how long to wait */
-#define MAX_SENT_PIDS		32		/* backends that got our acquire calls */
+#define MAX_SENT_PIDS		32	/* backends that got our acquire calls */
 
 /* Formats a duration for messages: "1.5 s", "250 ms". */
 static const char *
@@ -819,7 +819,8 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 			default:
 				msg("cannot confirm the lease on %s: %s", lease_name, last_error);
 				phase = PH_FINISH;
-				lease_end = 0;	/* its real end is unknown: do not cap the release */
+				lease_end = 0;	/* its real end is unknown: do not cap the
+								 * release */
 				release_lease(lease_token);
 				exit(EXIT_CONN);
 		}

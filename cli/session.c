@@ -41,7 +41,8 @@ one_line(char *buf, size_t len, const char *text)
 
 	if (text == NULL)
 		text = "unknown error";
-	for (; *text && out < buf + len - 1; text++)
+
+	for (; *text &&out < buf + len - 1; text ++)
 	{
 		if (*text == '\n' || *text == '\t' || *text == ' ')
 		{
