@@ -410,7 +410,7 @@ retry:
 								   req->key.len, req->key.name, LockTimeout)));
 			return 0;
 		}
-		dlock_xact_granted(op, token);
+		dlock_xact_granted(op, token, req->durable);
 		dlock_store_note_token(token);
 		if (!req->durable)
 			return token;
@@ -432,7 +432,7 @@ retry:
 		return token;
 	}
 
-	dlock_xact_granted(op, lease->token);
+	dlock_xact_granted(op, lease->token, lease->durable);
 	token = lease->token;
 	durable = lease->durable;
 	if (durable)

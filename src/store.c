@@ -24,6 +24,7 @@
 #include "catalog/objectaccess.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_database.h"
 #include "catalog/index.h"
 #include "catalog/indexing.h"
@@ -34,6 +35,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "storage/bufmgr.h"
 #include "storage/condition_variable.h"
 #include "storage/lmgr.h"
 #include "storage/procarray.h"
@@ -1166,18 +1168,21 @@ ttl_datum(int64 ttl)
 #define ATT_TOKEN	4
 #define LEASE_NATTS 10
 
+/* the table's key, once found fit (its definition cannot change) */
+static Oid	direct_key = InvalidOid;
+
 /*
- * Opens the lease table and, if rows can be written directly, its key
- * (returned in *index); else *index is NULL and the table is closed.
+ * Opens the lease table if rows can be written directly (the key is then
+ * rel->rd_pkindex); else returns NULL.  The locks are kept to the end of
+ * the transaction, as the executor keeps them.
  */
 static Relation
-open_direct(Relation *index)
+open_direct(void)
 {
 	Relation	rel = table_open(lease_relid, RowExclusiveLock);
-	Relation	key;
 	List	   *indexes;
+	bool		fit;
 
-	*index = NULL;
 	if (rel->trigdesc != NULL || rel->rd_rules != NULL ||
 		rel->rd_rel->relrowsecurity ||
 		RelationGetDescr(rel)->natts != LEASE_NATTS)
@@ -1186,37 +1191,47 @@ open_direct(Relation *index)
 		return NULL;
 	}
 	indexes = RelationGetIndexList(rel);
-	if (list_length(indexes) != 1 || linitial_oid(indexes) != rel->rd_pkindex)
-	{
-		list_free(indexes);
-		table_close(rel, NoLock);
-		return NULL;
-	}
-	key = index_open(rel->rd_pkindex, RowExclusiveLock);
+	fit = list_length(indexes) == 1 && linitial_oid(indexes) == rel->rd_pkindex;
 	list_free(indexes);
-	if (key->rd_rel->relam != BTREE_AM_OID ||
-		key->rd_index->indnatts != 2 ||
-		key->rd_index->indkey.values[0] != ATT_NAME ||
-		key->rd_index->indkey.values[1] != ATT_TOKEN ||
-		!key->rd_index->indimmediate ||
-		RelationGetIndexExpressions(key) != NIL ||
-		RelationGetIndexPredicate(key) != NIL)
+	if (fit && rel->rd_pkindex != direct_key)
 	{
+		Relation	key = index_open(rel->rd_pkindex, RowExclusiveLock);
+
+		fit = key->rd_rel->relam == BTREE_AM_OID &&
+			key->rd_index->indnatts == 2 &&
+			key->rd_index->indkey.values[0] == ATT_NAME &&
+			key->rd_index->indkey.values[1] == ATT_TOKEN &&
+			key->rd_index->indimmediate &&
+			RelationGetIndexExpressions(key) == NIL &&
+			RelationGetIndexPredicate(key) == NIL;
+		if (fit)
+			direct_key = rel->rd_pkindex;
 		index_close(key, NoLock);
+	}
+	if (!fit)
+	{
 		table_close(rel, NoLock);
 		return NULL;
 	}
-	*index = key;
 	return rel;
 }
 
-/* The locks are kept to the end of the transaction, as the executor keeps them. */
-static void
-close_direct(Relation rel, Relation index)
+/*
+ * Where this backend last inserted rows: a release by the session that took
+ * the lease (the usual case) finds its row without an index scan.  What is
+ * found there is deleted only if it is still the row's visible version.
+ */
+#define ROW_PLACES	8
+
+typedef struct RowPlace
 {
-	index_close(index, NoLock);
-	table_close(rel, NoLock);
-}
+	Oid			relfilenode;	/* the table's, when the row was written */
+	uint64		token;
+	ItemPointerData tid;
+} RowPlace;
+
+static RowPlace row_places[ROW_PLACES];
+static int	row_places_next = 0;
 
 /* Inserts a row and its key's entry; false if it must go through SPI. */
 static bool
@@ -1227,9 +1242,10 @@ insert_direct(Datum *values, bool *nulls)
 	HeapTuple	tuple;
 	IndexInfo  *info;
 
-	rel = open_direct(&index);
+	rel = open_direct();
 	if (rel == NULL)
 		return false;
+	index = index_open(rel->rd_pkindex, RowExclusiveLock);
 	CommandCounterIncrement();
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	heap_insert(rel, tuple, GetCurrentCommandId(true), 0, NULL);
@@ -1241,9 +1257,52 @@ insert_direct(Datum *values, bool *nulls)
 		index_insert(index, key, keynulls, &tuple->t_self, rel,
 					 UNIQUE_CHECK_YES, false, info);
 	}
+	row_places[row_places_next].relfilenode = rel->rd_node.relNode;
+	row_places[row_places_next].token = DatumGetInt64(values[ATT_TOKEN - 1]);
+	row_places[row_places_next].tid = tuple->t_self;
+	row_places_next = (row_places_next + 1) % ROW_PLACES;
 	heap_freetuple(tuple);
-	close_direct(rel, index);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
 	return true;
+}
+
+/*
+ * The row of (name, token) where this backend inserted it, if it is still
+ * the version that snapshot sees; else an invalid TID.
+ */
+static ItemPointerData
+row_place(Relation rel, Datum name, Datum token, Snapshot snapshot)
+{
+	ItemPointerData tid;
+
+	ItemPointerSetInvalid(&tid);
+	for (int i = 0; i < ROW_PLACES; i++)
+	{
+		RowPlace   *place = &row_places[i];
+		HeapTupleData tuple;
+		Buffer		buffer;
+
+		if (place->token != (uint64) DatumGetInt64(token) ||
+			place->relfilenode != rel->rd_node.relNode ||
+			ItemPointerGetBlockNumber(&place->tid) >= RelationGetNumberOfBlocks(rel))
+			continue;
+		tuple.t_self = place->tid;
+		if (heap_fetch(rel, snapshot, &tuple, &buffer, false))
+		{
+			bool		isnull;
+			Datum		t = heap_getattr(&tuple, ATT_TOKEN, RelationGetDescr(rel), &isnull);
+			Datum		n = heap_getattr(&tuple, ATT_NAME, RelationGetDescr(rel), &isnull);
+
+			if (DatumGetInt64(t) == DatumGetInt64(token) &&
+				DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, n, name)))
+				tid = place->tid;
+			ReleaseBuffer(buffer);
+		}
+		place->token = 0;
+		break;
+	}
+	return tid;
 }
 
 /*
@@ -1254,10 +1313,10 @@ insert_direct(Datum *values, bool *nulls)
 static bool
 delete_direct(Datum name, Datum token)
 {
-	Relation	index;
+	Relation	index = NULL;
 	Relation	rel;
 
-	rel = open_direct(&index);
+	rel = open_direct();
 	if (rel == NULL)
 		return false;
 	CommandCounterIncrement();
@@ -1270,19 +1329,25 @@ delete_direct(Datum name, Datum token)
 		TM_Result	result;
 		TM_FailureData tmfd;
 
-		ScanKeyEntryInitialize(&keys[0], 0, ATT_NAME, BTEqualStrategyNumber,
-							   InvalidOid, index->rd_indcollation[0],
-							   F_TEXTEQ, name);
-		ScanKeyInit(&keys[1], ATT_TOKEN, BTEqualStrategyNumber, F_INT8EQ,
-					token);
-		scan = systable_beginscan(rel, RelationGetRelid(index), true,
-								  GetLatestSnapshot(), 2, keys);
-		tuple = systable_getnext(scan);
-		if (HeapTupleIsValid(tuple))
-			tid = tuple->t_self;
-		systable_endscan(scan);
-		if (!HeapTupleIsValid(tuple))
-			break;
+		tid = row_place(rel, name, token, GetLatestSnapshot());
+		if (!ItemPointerIsValid(&tid))
+		{
+			if (index == NULL)
+				index = index_open(rel->rd_pkindex, RowExclusiveLock);
+			ScanKeyEntryInitialize(&keys[0], 0, ATT_NAME, BTEqualStrategyNumber,
+								   InvalidOid, index->rd_indcollation[0],
+								   F_TEXTEQ, name);
+			ScanKeyInit(&keys[1], ATT_TOKEN, BTEqualStrategyNumber, F_INT8EQ,
+						token);
+			scan = systable_beginscan(rel, RelationGetRelid(index), true,
+									  GetLatestSnapshot(), 2, keys);
+			tuple = systable_getnext(scan);
+			if (HeapTupleIsValid(tuple))
+				tid = tuple->t_self;
+			systable_endscan(scan);
+			if (!HeapTupleIsValid(tuple))
+				break;
+		}
 
 		result = heap_delete(rel, &tid, GetCurrentCommandId(true),
 							 InvalidSnapshot, true, &tmfd, false);
@@ -1296,7 +1361,9 @@ delete_direct(Datum name, Datum token)
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent update")));
 	}
-	close_direct(rel, index);
+	if (index != NULL)
+		index_close(index, NoLock);
+	table_close(rel, NoLock);
 	return true;
 }
 

@@ -524,6 +524,24 @@ dlock_sleep(bool holds_pins)
 }
 
 /*
+ * The transaction that granted the lease with token committed (called from
+ * its commit callback): its row is visible to every new snapshot, so nobody
+ * needs to wait for that transaction before acting on the lease.
+ */
+void
+dlock_grant_committed(const DLockKey *key, uint32 hash, uint64 token)
+{
+	LWLock	   *lock = dlock_partition_lock(hash);
+	DLockEntry *lease;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = dlock_find_lease(key, hash, token);
+	if (lease != NULL)
+		lease->grant_xid = InvalidTransactionId;
+	LWLockRelease(lock);
+}
+
+/*
  * Frees the lease if it still carries token (a release at commit, or a grant
  * taken back) and hands the name to the next waiters.
  */

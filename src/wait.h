@@ -80,6 +80,8 @@ extern void dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token,
 extern void dlock_handoff_set_expiry(const DLockKey *key, uint32 hash,
 									 uint64 token, int64 expires, int64 version);
 
+extern void dlock_grant_committed(const DLockKey *key, uint32 hash,
+								  uint64 token);
 extern int64 dlock_expire_due(int batch, DLockStat stat, int *mine);
 
 #endif							/* DLOCK_WAIT_H */

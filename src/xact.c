@@ -44,7 +44,8 @@ typedef struct DLockOp
 	uint32		hash;
 	DLockOwner	owner;
 	uint64		token;			/* 0: no effect (not completed) */
-	bool		durable;		/* RELEASE: the lease's row was deleted */
+	bool		durable;		/* RELEASE: the lease's row was deleted;
+								 * ACQUIRE: the grant wrote a row */
 	int64		expires;		/* RENEW: new expiry */
 	int64		version;		/* RENEW: the row version it wrote (0: none) */
 } DLockOp;
@@ -232,14 +233,19 @@ dlock_xact_forget(DLockOp *op)
 		ops = list_delete_last(ops);
 }
 
-/* The op became a new grant of token: an abort takes it back. */
+/*
+ * The op became a new grant of token: an abort takes it back; a commit of a
+ * durable one lets other sessions act on the lease without waiting for our
+ * transaction.
+ */
 void
-dlock_xact_granted(DLockOp *op, uint64 token)
+dlock_xact_granted(DLockOp *op, uint64 token, bool durable)
 {
 	if (op_index != NULL)
 		index_remove(op);
 	op->kind = DLOCK_OP_ACQUIRE;
 	op->token = token;
+	op->durable = durable;
 }
 
 /*
@@ -457,7 +463,9 @@ apply_commit(void)
 
 		if (op->token == 0)
 			continue;
-		if (op->kind == DLOCK_OP_RENEW)
+		if (op->kind == DLOCK_OP_ACQUIRE && op->durable)
+			dlock_grant_committed(&op->key, op->hash, op->token);
+		else if (op->kind == DLOCK_OP_RENEW)
 		{
 			dlock_handoff_set_expiry(&op->key, op->hash, op->token, op->expires,
 									 op->version);

@@ -22,7 +22,7 @@ extern void dlock_xact_register(void);
  */
 extern struct DLockOp *dlock_xact_begin(const DLockRequest *req);
 extern void dlock_xact_forget(struct DLockOp *op);
-extern void dlock_xact_granted(struct DLockOp *op, uint64 token);
+extern void dlock_xact_granted(struct DLockOp *op, uint64 token, bool durable);
 extern bool dlock_xact_extended(struct DLockOp *op, const DLockRequest *req,
 								uint64 token, int64 expires);
 

@@ -153,7 +153,8 @@ for my $i (0 .. 4)
 is($primary->safe_psql('postgres', "SELECT dlock_release('rep:k5', 'w2', $token{'rep:k5'})"),
 	't', 'primary: rep:k5 released after the pause');
 my $at_cut = leases($primary);
-$primary->wait_for_catchup($standby, 'flush');
+# (a release's commit does not wait for its WAL: wait for all WAL inserted)
+$primary->wait_for_catchup($standby, 'flush', $primary->lsn('insert'));
 ok($standby->poll_query_until('postgres',
 		"SELECT pg_get_wal_replay_pause_state() = 'paused'"),
 	'standby: replay is paused');
@@ -281,7 +282,12 @@ my $before_crash = leases($standby);
 my $top = $standby->safe_psql('postgres', "SELECT max(token) FROM dlock_locks");
 $standby->stop('immediate');
 $standby->start;
-is(leases($standby), $before_crash, 'new primary, after its own crash: the same leases');
+# rep:k9's release just before the crash was not waited for: if the crash
+# lost it, the lease is back, with its owner and token, and nothing else is
+my $after_crash = leases($standby);
+my $k9 = "rep:k9|w0|$token{'rep:k9'}";
+note 'the crash lost the release of rep:k9' if $after_crash =~ s/^\Q$k9\E(?:\n|\z)//m;
+is($after_crash, $before_crash, 'new primary, after its own crash: the same leases');
 cmp_ok($standby->safe_psql('postgres', "SELECT dlock_try('fresh:after-crash', $ttl, 'n1')"),
 	'>', $top, 'new primary, after its own crash: tokens go on upwards');
 

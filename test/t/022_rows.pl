@@ -67,6 +67,8 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM dlock_leases WHERE name = 
 $a->quit;
 $c->quit;
 
+# A release's commit is not waited for; the next grant's flush carries it.
+$node->safe_psql('postgres', "SELECT dlock_try('flush', '1 hour', 'F')");
 $node->stop('immediate');
 $node->start;
 is(holders('n'), 'D:exclusive', 'after a crash, n has D alone');
