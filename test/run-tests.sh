@@ -7,7 +7,7 @@
 #     the test user (postgres when run as root), and every suite runs there,
 #     each on its own so that a failing suite does not stop the others:
 #       regress    pg_regress, sql/*.sql      (make installcheck, REGRESS only)
-#       isolation  test/specs/*.spec          (make installcheck, ISOLATION only)
+#       isolation  test/isolation/specs/*.spec (make installcheck, ISOLATION only)
 #       tap        test/t/*.pl                (make installcheck, TAP only)
 #       suite:*    every executable test/suites/*.sh and test/stress/run-*.sh,
 #                  one test each, exit status 0 = pass (see test/suites/README)
@@ -248,7 +248,7 @@ mkdir -p "$scratch" "$logdir"
 tar -C "$top" \
 	--exclude=./.git --exclude=./test/tmp --exclude=./.demo --exclude=./.soak \
 	--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
-	--exclude=./results --exclude=./log --exclude=./test/output_iso \
+	--exclude=./results --exclude=./log --exclude=./test/isolation/output \
 	--exclude=./regression.diffs --exclude=./regression.out \
 	-cf - . | tar -C "$scratch" -xf - || fatal "cannot copy the checkout to $scratch"
 if ((${#as_test_user[@]})); then
@@ -424,7 +424,7 @@ n=$(stop_scratch_servers)
 
 isolation_tests=$(make_var ISOLATION)
 if [[ -n "$isolation_tests" ]]; then
-	run_pg_regress_suite isolation "$scratch/test/output_iso/regression.diffs" "$isolation_tests" \
+	run_pg_regress_suite isolation "$scratch/test/isolation/output/regression.diffs" "$isolation_tests" \
 		make --no-print-directory installcheck REGRESS= TAP_TESTS=
 else
 	echo "isolation: no tests, skipped"

@@ -177,7 +177,7 @@ for d in "$scratch" "$loaddir"; do
 	tar -C "$top" \
 		--exclude=./.git --exclude=./.soak --exclude=./test/tmp --exclude=./.demo \
 		--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
-		--exclude=./results --exclude=./log --exclude=./test/output_iso \
+		--exclude=./results --exclude=./log --exclude=./test/isolation/output \
 		-cf - . | tar -C "$d" -xf -
 done
 if ((${#as_test_user[@]})); then

@@ -31,7 +31,7 @@
 #   runuser -u postgres -- test/valgrind/run.sh
 #   runuser -u postgres -- test/valgrind/run.sh errors fence   # only these tests
 #
-# Arguments: test names: sql/<name>.sql and/or test/specs/<name>.spec, listed
+# Arguments: test names: sql/<name>.sql and/or test/isolation/specs/<name>.spec, listed
 # in the Makefile or not (default: every test of REGRESS and ISOLATION but
 # those in VALGRIND_SKIP).
 # Environment: PG_CONFIG, DLOCK_TOP (checkout; default: this script's),
@@ -95,18 +95,18 @@ if [ $# -gt 0 ]; then
 	regress=""
 	isolation=""
 	for t in "$@"; do
-		# a name may be both (xact, fence): then it runs in both
+		# a name may be both: then it runs in both
 		found=0
 		if [ -f "$here/sql/$t.sql" ]; then
 			[[ " $regress " == *" $t "* ]] || regress+="$t "
 			found=1
 		fi
-		if [ -f "$here/test/specs/$t.spec" ]; then
+		if [ -f "$here/test/isolation/specs/$t.spec" ]; then
 			[[ " $isolation " == *" $t "* ]] || isolation+="$t "
 			found=1
 		fi
 		if [ "$found" = 0 ]; then
-			echo "valgrind/run.sh: no test named $t (sql/$t.sql or test/specs/$t.spec)" >&2
+			echo "valgrind/run.sh: no test named $t (sql/$t.sql or test/isolation/specs/$t.spec)" >&2
 			exit 2
 		fi
 	done
@@ -238,7 +238,7 @@ if [ -n "$isolation" ]; then
 	t0=$(date +%s)
 	mkdir -p "$tmp/isolation"
 	# shellcheck disable=SC2086
-	(cd "$here" && "$pgxs/src/test/isolation/pg_isolation_regress" --inputdir=test \
+	(cd "$here" && "$pgxs/src/test/isolation/pg_isolation_regress" --inputdir=test/isolation \
 		--outputdir="$tmp/isolation" --bindir="$bindir" \
 		--load-extension=dlock --dbname=isolation_regression $isolation) | tee "$tmp/isolation.out"
 	st=${PIPESTATUS[0]}
