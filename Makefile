@@ -19,7 +19,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/output \
 	--temp-config=$(srcdir)/test/dlock.conf --temp-instance=./tmp_iso \
 	--load-extension=dlock
 TAP_TESTS = 1
-PROVE_TESTS = test/t/*.pl
+PROVE_TESTS = test/tap/*.pl
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 EXTRA_CLEAN = tmp_regress tmp_iso tmp_check test/isolation/output results regression.diffs regression.out

@@ -8,7 +8,7 @@
 #     each on its own so that a failing suite does not stop the others:
 #       regress    pg_regress, sql/*.sql      (make installcheck, REGRESS only)
 #       isolation  test/isolation/specs/*.spec (make installcheck, ISOLATION only)
-#       tap        test/t/*.pl                (make installcheck, TAP only)
+#       tap        test/tap/*.pl              (make installcheck, TAP only)
 #       suite:*    every executable test/suites/*.sh and test/stress/run-*.sh,
 #                  one test each, exit status 0 = pass (see test/suites/README)
 #     Every suite starts its own throwaway servers; no running server is
@@ -432,7 +432,7 @@ fi
 n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
-if [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/t/*.pl" >/dev/null; then
+if [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/tap/*.pl" >/dev/null; then
 	run_tap_suite
 else
 	echo "tap: no tests, skipped"

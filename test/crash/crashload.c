@@ -1,6 +1,6 @@
 /*
  * crashload.c
- *		Load client and checker for dlock's crash tests (test/t/020_crash.pl).
+ *		Load client and checker for dlock's crash tests (test/tap/020_crash.pl).
  *
  * crashload run -d CONNINFO -o LOGDIR [-c CLIENTS] [-t SECONDS] [-n NAMES]
  *               [-p PREFIX] [-s SEED] [-T TTL]
