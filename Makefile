@@ -33,9 +33,9 @@ include $(PGXS)
 test:
 	bash test/run-tests.sh
 demo:
-	bash test/demo.sh
+	bash tools/demo.sh
 bench:
-	bash test/bench/run.sh
+	bash bench/run.sh
 # the regress and isolation suites under valgrind (not part of make test)
 valgrind:
 	bash test/valgrind/run.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/run-tests.sh: the one test command (`make test`).
 #
-#  1. test/setup.sh installs missing packages;
+#  1. tools/setup.sh installs missing packages;
 #  2. `make` and `make install` in the checkout;
 #  3. the checkout (without .git) is copied to a scratch directory owned by
 #     the test user (postgres when run as root), and every suite runs there,
@@ -23,7 +23,7 @@
 #   PG_CONFIG            pg_config to build with (default: PostgreSQL 15's)
 #   DLOCK_TEST_DIR       scratch base directory (default: test/tmp)
 #   DLOCK_SUITE_TIMEOUT  seconds allowed for each suite (default 900)
-#   DLOCK_SKIP_SETUP=1   do not run test/setup.sh
+#   DLOCK_SKIP_SETUP=1   do not run tools/setup.sh
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -215,7 +215,7 @@ fatal() {
 # ---------------------------------------------------------------- setup, build
 if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
 	hr "setup"
-	bash "$top/test/setup.sh" || fatal "test/setup.sh failed"
+	bash "$top/tools/setup.sh" || fatal "tools/setup.sh failed"
 fi
 
 hr "build"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/demo.sh (`make demo`): build and install dlock, start a throwaway
+# tools/demo.sh (`make demo`): build and install dlock, start a throwaway
 # cluster in .demo/ (unix socket only, port 55432), and walk through a short
 # scenario with two concurrent psql sessions, A (host-a) and B (host-b):
 #
@@ -46,7 +46,7 @@ note() { printf '   %s\n' "$*"; }
 
 # ------------------------------------------------------------ build, install
 if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
-	bash "$top/test/setup.sh"
+	bash "$top/tools/setup.sh"
 fi
 heading "Building and installing dlock"
 make -s || { echo "demo: make failed" >&2; exit 1; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/setup.sh: install the Debian packages that building, testing and
+# tools/setup.sh: install the Debian packages that building, testing and
 # benchmarking dlock need.  Idempotent: when everything is present it only
 # runs dpkg-query and exits 0 in well under a second.
 #
