@@ -4,7 +4,7 @@
 # Builds and installs dlock (make, make install; as run-tests.sh does), copies
 # the checkout to a scratch directory owned by the test user (postgres when
 # run as root), and until the time is up runs test/suites/fuzz.sh there,
-# once per fresh random seed (see test/fuzz/README.md): a throwaway cluster,
+# once per fresh random seed (see test/load/fuzz.md): a throwaway cluster,
 # SOAK_CLIENTS hostile clients for SOAK_RUN_SECONDS, the invariants, then a
 # crash (by default SIGKILL to the postmaster and all its children), a
 # start, and dlock_fuzz --verify of the durable leases that were live.

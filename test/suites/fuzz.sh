@@ -2,11 +2,11 @@
 # Concurrent fuzz test of dlock: random, mostly hostile calls from many
 # clients, roles and databases; then the invariants, and a restart.
 #
-# Builds test/fuzz/dlock_fuzz and runs it once per seed, each run on a
+# Builds test/load/dlock_fuzz and runs it once per seed, each run on a
 # throwaway cluster of its own (unix socket only, shared_preload_libraries =
 # 'dlock', dlock.max_locks = 1000) under test/tmp/fuzz.* of the checkout
 # (socket in a short private dir in /tmp), with two databases with the
-# extension and four roles (see test/fuzz/README.md); then:
+# extension and four roles (see test/load/fuzz.md); then:
 #   - fails if the server log shows a crash (PANIC, TRAP:, terminated by
 #     signal, ...), even when the tool passed;
 #   - restarts the server (FUZZ_RESTART: a clean restart, or a crash) and
@@ -118,7 +118,7 @@ fi
 seed=$FUZZ_SEED
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: FUZZ_SEED must be a number" >&2; exit 2; }
 
-make -s -C "$here/test/fuzz" PG_CONFIG="$PG_CONFIG"
+make -s -C "$here/test/load" PG_CONFIG="$PG_CONFIG" dlock_fuzz
 
 mkdir -p "$here/test/tmp"
 tmp=$(mktemp -d "$here/test/tmp/fuzz.XXXXXX")
@@ -197,7 +197,7 @@ rc=0
 conn="host=$sock port=$port dbname=postgres"
 # (in the background, so that a signal stops the run at once)
 # shellcheck disable=SC2086
-"$here/test/fuzz/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a,fz_b,fz_c,fz_d \
+"$here/test/load/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a,fz_b,fz_c,fz_d \
 	-c "$clients" -t "$duration" -s "$seed" --snapshot "$tmp/leases.snapshot" \
 	${FUZZ_ARGS:-} &
 fz=$!
@@ -268,7 +268,7 @@ if [ -f "$tmp/leases.snapshot" ]; then
 			started=1
 			;;
 	esac
-	"$here/test/fuzz/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a --verify "$tmp/leases.snapshot" || rc=1
+	"$here/test/load/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a --verify "$tmp/leases.snapshot" || rc=1
 	if crashes "$logfrom"; then
 		echo "fuzz.sh: the server log shows a crash after the restart" >&2
 		rc=1

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Randomized stress test of dlock: mutual exclusion and fencing-token order,
 # reader/writer exclusion on shared/exclusive names, the permits of
-# semaphores, and all-or-nothing multi-locks (see test/stress/README.md).
+# semaphores, and all-or-nothing multi-locks (see test/load/stress.md).
 #
-# Builds test/stress/dlock_stress, starts a throwaway cluster of its own
+# Builds test/load/dlock_stress, starts a throwaway cluster of its own
 # (unix socket only, shared_preload_libraries = 'dlock') under
 # test/tmp/stress.* of the checkout (socket in a short private dir in /tmp),
 # runs the tool and exits with its status.  Run it as a non-root user that
@@ -42,7 +42,7 @@ if [ ! -f "$("$PG_CONFIG" --pkglibdir)/dlock.so" ] ||
 	exit 2
 fi
 
-make -s -C "$here/test/stress" PG_CONFIG="$PG_CONFIG"
+make -s -C "$here/test/load" PG_CONFIG="$PG_CONFIG" dlock_stress
 
 mkdir -p "$here/test/tmp"
 tmp=$(mktemp -d "$here/test/tmp/stress.XXXXXX")
@@ -92,7 +92,7 @@ export PGHOST="$sock" PGPORT=54329 PGDATABASE=postgres
 echo "stress.sh: seed $seed (rerun with STRESS_SEED=$seed)"
 rc=0
 # shellcheck disable=SC2086
-"$here/test/stress/dlock_stress" -c "$clients" -n "$names" -t "$duration" -s "$seed" \
+"$here/test/load/dlock_stress" -c "$clients" -n "$names" -t "$duration" -s "$seed" \
 	${STRESS_ARGS:-} || rc=$?
 
 # a crashed or failed-assertion backend, or a background worker that failed,

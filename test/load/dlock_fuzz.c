@@ -1,7 +1,7 @@
 /*
  * dlock_fuzz.c
  *		Concurrent fuzz client for dlock, and a waiter herd for exhaustion
- *		tests.  See README.md in this directory.
+ *		tests.  See fuzz.md in this directory.
  *
  * Fuzz mode (default) forks client processes.  Each connects to a random
  * database as a random role and, until the time is up, issues random dlock
