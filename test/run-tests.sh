@@ -29,10 +29,9 @@ set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top" || exit 1
 
-if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-	PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-fi
-export PG_CONFIG=${PG_CONFIG:-pg_config}
+# PG_CONFIG (PostgreSQL 15's unless set), copy_checkout
+# shellcheck source=test/lib.sh
+source "$top/test/lib.sh"
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
@@ -245,12 +244,7 @@ n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n server process(es) left by an earlier run"
 rm -rf "$scratch" "$logdir" || fatal "cannot remove the old $scratch"
 mkdir -p "$scratch" "$logdir"
-tar -C "$top" \
-	--exclude=./.git --exclude=./test/tmp --exclude=./.demo --exclude=./.soak \
-	--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
-	--exclude=./results --exclude=./log --exclude=./test/isolation/output \
-	--exclude=./regression.diffs --exclude=./regression.out \
-	-cf - . | tar -C "$scratch" -xf - || fatal "cannot copy the checkout to $scratch"
+copy_checkout "$top" "$scratch" || fatal "cannot copy the checkout to $scratch"
 if ((${#as_test_user[@]})); then
 	chown -R "$test_user:" "$scratch" "$logdir" || fatal "cannot chown $scratch"
 fi

@@ -48,10 +48,9 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
 
-if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-	PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-fi
-export PG_CONFIG=${PG_CONFIG:-pg_config}
+# PG_CONFIG (PostgreSQL 15's unless set), copy_checkout
+# shellcheck source=test/lib.sh
+source "$top/test/lib.sh"
 
 minutes=${SOAK_MINUTES:-10}
 run_secs=${SOAK_RUN_SECONDS:-45}
@@ -174,11 +173,7 @@ logdir=${DLOCK_LOGDIR:-$work/logs}/soak-$(date +%Y%m%d-%H%M%S)
 rm -rf "$scratch" "$loaddir"
 mkdir -p "$scratch" "$loaddir" "$logdir"
 for d in "$scratch" "$loaddir"; do
-	tar -C "$top" \
-		--exclude=./.git --exclude=./.soak --exclude=./test/tmp --exclude=./.demo \
-		--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
-		--exclude=./results --exclude=./log --exclude=./test/isolation/output \
-		-cf - . | tar -C "$d" -xf -
+	copy_checkout "$top" "$d"
 done
 if ((${#as_test_user[@]})); then
 	chown -R "$test_user:" "$scratch" "$logdir"

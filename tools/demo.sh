@@ -19,10 +19,9 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
 
-if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-	PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-fi
-export PG_CONFIG=${PG_CONFIG:-pg_config}
+# PG_CONFIG: PostgreSQL 15's unless set
+# shellcheck source=test/lib.sh
+source "$top/test/lib.sh"
 port=${DLOCK_DEMO_PORT:-55432}
 # English messages and a locale that always exists, whatever the caller's.
 export LC_ALL=C.UTF-8 LANG=C.UTF-8
