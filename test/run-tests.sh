@@ -9,8 +9,8 @@
 #       regress    pg_regress, sql/*.sql      (make installcheck, REGRESS only)
 #       isolation  test/isolation/specs/*.spec (make installcheck, ISOLATION only)
 #       tap        test/tap/*.pl              (make installcheck, TAP only)
-#       suite:*    every executable test/suites/*.sh and test/stress/run-*.sh,
-#                  one test each, exit status 0 = pass (see test/suites/README)
+#       suite:*    every executable test/suites/*.sh, one test each, exit
+#                  status 0 = pass (see test/suites/README)
 #     Every suite starts its own throwaway servers; no running server is
 #     needed or touched.
 #  4. Servers left running under the scratch directory are stopped, also on
@@ -435,7 +435,7 @@ n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
 declare -A seen_script=()
-for script in test/suites/*.sh test/stress/run-*.sh; do
+for script in test/suites/*.sh; do
 	[[ -f "$scratch/$script" && -x "$scratch/$script" ]] || continue
 	real=$(readlink -f "$scratch/$script")
 	[[ -n "${seen_script[$real]:-}" ]] && continue
