@@ -150,10 +150,14 @@ logline(const char *fmt,...)
 
 static uint64_t rng_state;
 
+/* xorshift64* (not splitmix64: a seed repeats the choices of earlier runs) */
 static uint32_t
 rnd(void)
 {
-	return load_xorshift64s(&rng_state);
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return (uint32_t) ((rng_state * UINT64_C(2685821657736338717)) >> 32);
 }
 
 static char last_message[512];
@@ -358,14 +362,12 @@ do_release(Client *c)
 	vals[2] = NULL;
 	if (how < 40 && c->held[idx] != 0)
 	{
-		snprintf(tokbuf, sizeof(tokbuf), "%lld", c->held[idx]);
-		vals[2] = tokbuf;
+		vals[2] = load_i64(tokbuf, c->held[idx]);
 	}
 	else if (how < 45 && c->held[idx] != 0)
 	{
 		/* a stale token: must not release the lease */
-		snprintf(tokbuf, sizeof(tokbuf), "%lld", c->held[idx] - 1);
-		vals[2] = tokbuf;
+		vals[2] = load_i64(tokbuf, c->held[idx] - 1);
 	}
 	res = call(c->conn, "release", 3, vals, "release", name, &alive);
 	if (res == NULL)

@@ -80,15 +80,6 @@ load_splitmix_int(uint64_t *state, int n)
 	return (int) (load_splitmix64(state) % (uint64_t) n);
 }
 
-uint32_t
-load_xorshift64s(uint64_t *state)
-{
-	*state ^= *state >> 12;
-	*state ^= *state << 25;
-	*state ^= *state >> 27;
-	return (uint32_t) ((*state * UINT64_C(2685821657736338717)) >> 32);
-}
-
 /* ---------- connections and queries ---------- */
 
 PGconn *

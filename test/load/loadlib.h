@@ -61,9 +61,6 @@ extern uint64_t load_splitmix64(uint64_t *state);
 /* A number in [0, n) from load_splitmix64. */
 extern int	load_splitmix_int(uint64_t *state, int n);
 
-/* xorshift64*: the next number of the sequence in *state (not 0). */
-extern uint32_t load_xorshift64s(uint64_t *state);
-
 /* ---------- connections and queries ---------- */
 
 /*
