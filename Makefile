@@ -12,16 +12,17 @@ DATA = sql/dlock--$(EXTVERSION).sql
 REGRESS = setup $(sort $(filter-out setup dlock--%,$(basename $(notdir $(wildcard $(srcdir)/sql/*.sql)))))
 REGRESS_OPTS = --temp-config=$(srcdir)/test/dlock.conf \
 	--temp-instance=./tmp_regress
-# isolation specs: every test/specs/*.spec, helpers (shared functions) first
-ISOLATION = helpers $(sort $(filter-out helpers,$(basename $(notdir $(wildcard $(srcdir)/test/specs/*.spec)))))
-ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso \
+# isolation specs: every test/isolation/specs/*.spec (expected output in
+# test/isolation/expected), helpers (shared functions) first
+ISOLATION = helpers $(sort $(filter-out helpers,$(basename $(notdir $(wildcard $(srcdir)/test/isolation/specs/*.spec)))))
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/output \
 	--temp-config=$(srcdir)/test/dlock.conf --temp-instance=./tmp_iso \
 	--load-extension=dlock
 TAP_TESTS = 1
-PROVE_TESTS = test/t/*.pl
+PROVE_TESTS = test/tap/*.pl
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-EXTRA_CLEAN = tmp_regress tmp_iso tmp_check test/output_iso results regression.diffs regression.out
+EXTRA_CLEAN = tmp_regress tmp_iso tmp_check test/isolation/output results regression.diffs regression.out
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -32,9 +33,9 @@ include $(PGXS)
 test:
 	bash test/run-tests.sh
 demo:
-	bash test/demo.sh
+	bash tools/demo.sh
 bench:
-	bash test/bench/run.sh
+	bash bench/run.sh
 # the regress and isolation suites under valgrind (not part of make test)
 valgrind:
 	bash test/valgrind/run.sh

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # test/run-tests.sh: the one test command (`make test`).
 #
-#  1. test/setup.sh installs missing packages;
+#  1. tools/setup.sh installs missing packages;
 #  2. `make` and `make install` in the checkout;
 #  3. the checkout (without .git) is copied to a scratch directory owned by
 #     the test user (postgres when run as root), and every suite runs there,
 #     each on its own so that a failing suite does not stop the others:
 #       regress    pg_regress, sql/*.sql      (make installcheck, REGRESS only)
-#       isolation  test/specs/*.spec          (make installcheck, ISOLATION only)
-#       tap        test/t/*.pl                (make installcheck, TAP only)
-#       suite:*    every executable test/suites/*.sh and test/stress/run-*.sh,
-#                  one test each, exit status 0 = pass (see test/suites/README)
+#       isolation  test/isolation/specs/*.spec (make installcheck, ISOLATION only)
+#       tap        test/tap/*.pl              (make installcheck, TAP only)
+#       suite:*    every executable test/suites/*.sh, one test each, exit
+#                  status 0 = pass (see test/suites/README)
 #     Every suite starts its own throwaway servers; no running server is
 #     needed or touched.
 #  4. Servers left running under the scratch directory are stopped, also on
@@ -23,16 +23,15 @@
 #   PG_CONFIG            pg_config to build with (default: PostgreSQL 15's)
 #   DLOCK_TEST_DIR       scratch base directory (default: test/tmp)
 #   DLOCK_SUITE_TIMEOUT  seconds allowed for each suite (default 900)
-#   DLOCK_SKIP_SETUP=1   do not run test/setup.sh
+#   DLOCK_SKIP_SETUP=1   do not run tools/setup.sh
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top" || exit 1
 
-if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-	PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-fi
-export PG_CONFIG=${PG_CONFIG:-pg_config}
+# PG_CONFIG (PostgreSQL 15's unless set), copy_checkout
+# shellcheck source=test/lib.sh
+source "$top/test/lib.sh"
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
@@ -215,7 +214,7 @@ fatal() {
 # ---------------------------------------------------------------- setup, build
 if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
 	hr "setup"
-	bash "$top/test/setup.sh" || fatal "test/setup.sh failed"
+	bash "$top/tools/setup.sh" || fatal "tools/setup.sh failed"
 fi
 
 hr "build"
@@ -245,12 +244,7 @@ n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n server process(es) left by an earlier run"
 rm -rf "$scratch" "$logdir" || fatal "cannot remove the old $scratch"
 mkdir -p "$scratch" "$logdir"
-tar -C "$top" \
-	--exclude=./.git --exclude=./test/tmp --exclude=./.demo --exclude=./.soak \
-	--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
-	--exclude=./results --exclude=./log --exclude=./test/output_iso \
-	--exclude=./regression.diffs --exclude=./regression.out \
-	-cf - . | tar -C "$scratch" -xf - || fatal "cannot copy the checkout to $scratch"
+copy_checkout "$top" "$scratch" || fatal "cannot copy the checkout to $scratch"
 if ((${#as_test_user[@]})); then
 	chown -R "$test_user:" "$scratch" "$logdir" || fatal "cannot chown $scratch"
 fi
@@ -424,7 +418,7 @@ n=$(stop_scratch_servers)
 
 isolation_tests=$(make_var ISOLATION)
 if [[ -n "$isolation_tests" ]]; then
-	run_pg_regress_suite isolation "$scratch/test/output_iso/regression.diffs" "$isolation_tests" \
+	run_pg_regress_suite isolation "$scratch/test/isolation/output/regression.diffs" "$isolation_tests" \
 		make --no-print-directory installcheck REGRESS= TAP_TESTS=
 else
 	echo "isolation: no tests, skipped"
@@ -432,7 +426,7 @@ fi
 n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
-if [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/t/*.pl" >/dev/null; then
+if [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/tap/*.pl" >/dev/null; then
 	run_tap_suite
 else
 	echo "tap: no tests, skipped"
@@ -441,7 +435,7 @@ n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
 declare -A seen_script=()
-for script in test/suites/*.sh test/stress/run-*.sh; do
+for script in test/suites/*.sh; do
 	[[ -f "$scratch/$script" && -x "$scratch/$script" ]] || continue
 	real=$(readlink -f "$scratch/$script")
 	[[ -n "${seen_script[$real]:-}" ]] && continue

@@ -4,7 +4,7 @@
 # Builds and installs dlock (make, make install; as run-tests.sh does), copies
 # the checkout to a scratch directory owned by the test user (postgres when
 # run as root), and until the time is up runs test/suites/fuzz.sh there,
-# once per fresh random seed (see test/fuzz/README.md): a throwaway cluster,
+# once per fresh random seed (see test/load/fuzz.md): a throwaway cluster,
 # SOAK_CLIENTS hostile clients for SOAK_RUN_SECONDS, the invariants, then a
 # crash (by default SIGKILL to the postmaster and all its children), a
 # start, and dlock_fuzz --verify of the durable leases that were live.
@@ -48,10 +48,9 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
 
-if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-	PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-fi
-export PG_CONFIG=${PG_CONFIG:-pg_config}
+# PG_CONFIG (PostgreSQL 15's unless set), copy_checkout
+# shellcheck source=test/lib.sh
+source "$top/test/lib.sh"
 
 minutes=${SOAK_MINUTES:-10}
 run_secs=${SOAK_RUN_SECONDS:-45}
@@ -174,11 +173,7 @@ logdir=${DLOCK_LOGDIR:-$work/logs}/soak-$(date +%Y%m%d-%H%M%S)
 rm -rf "$scratch" "$loaddir"
 mkdir -p "$scratch" "$loaddir" "$logdir"
 for d in "$scratch" "$loaddir"; do
-	tar -C "$top" \
-		--exclude=./.git --exclude=./.soak --exclude=./test/tmp --exclude=./.demo \
-		--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
-		--exclude=./results --exclude=./log --exclude=./test/output_iso \
-		-cf - . | tar -C "$d" -xf -
+	copy_checkout "$top" "$d"
 done
 if ((${#as_test_user[@]})); then
 	chown -R "$test_user:" "$scratch" "$logdir"

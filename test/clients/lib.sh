@@ -15,39 +15,23 @@
 # Everything lives under $tmp (test/tmp/<suite>.XXXXXX of the checkout) and is
 # stopped by the EXIT trap; on failure the logs are copied to $DLOCK_LOGDIR.
 # Run as a user that can run initdb (postgres), after `make install`.
+# The server is test/lib.sh's throwaway server, with TCP on 127.0.0.1 too.
 set -euo pipefail
 
 suite=${suite:?set suite= before sourcing lib.sh}
-here=${DLOCK_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-if [ -z "${PG_CONFIG:-}" ]; then
-	if [ -x /usr/lib/postgresql/15/bin/pg_config ]; then
-		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-	else
-		PG_CONFIG=pg_config
-	fi
-fi
-bindir=$("$PG_CONFIG" --bindir)
+srv_name=$suite
+srv_who=$suite
+# shellcheck source=test/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 # Debian's python3 (python3-psycopg is installed for it), not a pyenv shim.
 PY=${DLOCK_PYTHON:-/usr/bin/python3}
 PGBOUNCER=${PGBOUNCER:-$(command -v pgbouncer || echo /usr/sbin/pgbouncer)}
 
-if [ "$(id -u)" = 0 ]; then
-	echo "$suite: initdb refuses root; run as postgres: runuser -u postgres -- $0" >&2
-	exit 2
-fi
-if [ ! -f "$("$PG_CONFIG" --pkglibdir)/dlock.so" ] ||
-	[ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
-	echo "$suite: dlock is not installed; run make && make install first" >&2
-	exit 2
-fi
-
-mkdir -p "$here/test/tmp"
-tmp=$(mktemp -d "$here/test/tmp/$suite.XXXXXX")
-sock=$(mktemp -d /tmp/dlock-$suite.XXXXXX)	# socket paths must be short
+srv_require
+srv_dirs
 chmod 700 "$sock"
 app_user=dlock_app
 app_password=$($PY -c 'import secrets; print(secrets.token_hex(12))')
-pg_started=
 bouncer_pid=
 bg_pids=()
 
@@ -66,9 +50,7 @@ lib_cleanup() {
 		kill -TERM "$bouncer_pid" 2>/dev/null || true
 		wait "$bouncer_pid" 2>/dev/null || true
 	fi
-	if [ -n "$pg_started" ]; then
-		"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w stop >/dev/null 2>&1 || true
-	fi
+	srv_stop 2>/dev/null || true
 	rm -rf "$sock"
 	if [ $rc -ne 0 ]; then
 		for f in "$tmp"/*.log; do
@@ -98,26 +80,11 @@ psql_admin() {
 
 # start_cluster [postgresql.conf lines...]
 start_cluster() {
-	local line
 	pgport=$(free_port)
-	"$bindir/initdb" -D "$tmp/data" --auth-local=trust --auth-host=scram-sha-256 \
-		--no-instructions -E UTF8 --locale=C >"$tmp/initdb.log" 2>&1 ||
-		{ cat "$tmp/initdb.log" >&2; exit 2; }
-	cat >>"$tmp/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$sock'
-port = $pgport
-shared_preload_libraries = 'dlock'
-max_connections = 100
-fsync = off
-log_min_messages = warning
-log_line_prefix = '%m [%p] '
-CONF
-	for line in "$@"; do
-		printf '%s\n' "$line" >>"$tmp/data/postgresql.conf"
-	done
-	"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 30 start >/dev/null
-	pg_started=1
+	srv_initdb --auth-local=trust --auth-host=scram-sha-256
+	srv_conf "$pgport" "listen_addresses = '127.0.0.1'" "max_connections = 100" \
+		"log_line_prefix = '%m [%p] '" "$@"
+	srv_start
 	psql_admin -c 'CREATE EXTENSION dlock' >/dev/null
 	psql_admin -v pw="$app_password" >/dev/null <<SQL
 CREATE ROLE $app_user LOGIN PASSWORD :'pw';
@@ -180,7 +147,7 @@ INI
 # A crashed or failed-assertion backend is an engine bug even if the checks
 # passed.
 check_server_log() {
-	if grep -E 'PANIC|TRAP:|terminated by signal|exited with exit code' "$tmp/server.log" >&2; then
+	if srv_log_grep 'PANIC|TRAP:|terminated by signal|exited with exit code'; then
 		echo "$suite: the server log shows a crash" >&2
 		return 1
 	fi

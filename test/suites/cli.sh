@@ -24,42 +24,23 @@
 # script's), DLOCK_LOGDIR (the server log is copied there on failure).
 set -euo pipefail
 
-here=${DLOCK_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-if [ -z "${PG_CONFIG:-}" ]; then
-	if [ -x /usr/lib/postgresql/15/bin/pg_config ]; then
-		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-	else
-		PG_CONFIG=pg_config
-	fi
-fi
-bindir=$("$PG_CONFIG" --bindir)
+srv_name=cli
+# shellcheck source=test/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 t_begin=$(date +%s%3N)
 
-if [ "$(id -u)" = 0 ]; then
-	echo "cli.sh: initdb refuses root; run as postgres: runuser -u postgres -- $0" >&2
-	exit 2
-fi
-if [ ! -f "$("$PG_CONFIG" --pkglibdir)/dlock.so" ] ||
-	[ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
-	echo "cli.sh: dlock is not installed; run make && make install first" >&2
-	exit 2
-fi
-
+srv_require
 make -s -C "$here/cli" PG_CONFIG="$PG_CONFIG"
 dlock=$here/cli/dlock
 
-mkdir -p "$here/test/tmp"
-tmp=$(mktemp -d "$here/test/tmp/cli.XXXXXX")
-sock=$(mktemp -d /tmp/dlock-cli-sock.XXXXXX)	# socket paths must be short
+srv_dirs
 port=54337
-started=
 bg_pids=()		# background dlock processes
 groups=()		# process groups of commands we started (and of escapees)
 results=()		# measurements, printed at the end
 
-cleanup() {
-	rc=$?
-	set +e
+# on exit, before the server stops: what we started
+srv_on_exit() {
 	local p
 	for p in "${bg_pids[@]}"; do
 		kill -KILL "$p" 2>/dev/null
@@ -67,27 +48,8 @@ cleanup() {
 	for p in "${groups[@]}"; do
 		kill -KILL -- "-$p" 2>/dev/null
 	done
-	if [ -n "$started" ]; then
-		"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w -t 30 stop >/dev/null 2>&1
-	fi
-	rm -rf "$sock"
-	if [ $rc -ne 0 ]; then
-		if [ -f "$tmp/server.log" ]; then
-			echo "--- last lines of the server log ($tmp/server.log):" >&2
-			tail -n 30 "$tmp/server.log" >&2
-			if [ -n "${DLOCK_LOGDIR:-}" ] && mkdir -p "$DLOCK_LOGDIR" 2>/dev/null; then
-				cp "$tmp/server.log" "$DLOCK_LOGDIR/cli-server.log" &&
-					echo "--- server log copied to $DLOCK_LOGDIR/cli-server.log" >&2
-			fi
-		fi
-		echo "--- kept $tmp for inspection" >&2
-	else
-		rm -rf "$tmp"
-	fi
-	exit $rc
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+srv_trap
 
 fail() {
 	echo "cli.sh: FAILED: $*" >&2
@@ -209,22 +171,10 @@ wait_group_dead() {
 }
 
 # ---------------------------------------------------------------- cluster
-"$bindir/initdb" -D "$tmp/data" --auth=trust --no-instructions -E UTF8 --locale=C >"$tmp/initdb.log" 2>&1 ||
-	{ cat "$tmp/initdb.log" >&2; exit 2; }
-cat >>"$tmp/data/postgresql.conf" <<CONF
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $port
-shared_preload_libraries = 'dlock'
-max_connections = 50
-fsync = off
-log_min_messages = warning
-CONF
-"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 30 start >/dev/null
-started=1
-
-unset PGSERVICE PGOPTIONS PGUSER PGPASSWORD PGHOSTADDR PGDATABASE
-export PGHOST="$sock" PGPORT=$port PGDATABASE=postgres
+srv_initdb
+srv_conf "$port" "max_connections = 50"
+srv_start
+srv_env
 sql 'CREATE EXTENSION dlock' >/dev/null
 sql 'CREATE DATABASE noext' >/dev/null
 cd "$tmp"
@@ -719,8 +669,7 @@ groups+=("$pg")
 wait_held srvkill 5000
 sleep 1.2
 t0=$(now)
-"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w -t 30 stop >/dev/null
-started=
+srv_stop
 margin=$((ttl / 10 < 1000 ? ttl / 10 : 1000))
 bound=$((ttl - margin + 500))
 times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "server killed: group not dead within $bound ms"
@@ -729,8 +678,7 @@ wait_bg "$dp" 15 "dlock run after the server was killed"
 [ "$rc" = 76 ] || fail "server killed: exit status $rc, expected 76; stderr: $(cat "$tmp/sk.err")"
 ok "server killed: SIGTERM after ${term_el} ms, whole group dead after $el ms (bound $bound), exit 76"
 results+=("server killed (pg_ctl stop -m immediate) -> first member dead (SIGTERM): ${term_el} ms; whole group dead: $el ms; bound ttl - margin = $((ttl - margin)) ms after the last renewal (ttl 3s, grace 1s)")
-"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 30 start >/dev/null
-started=1
+srv_start
 
 # ---------------------------------------------------------------- transient loss
 # An immediate restart of the server while the command runs: renewals fail
@@ -752,7 +700,7 @@ grep -q "renewed after" "$tmp/tr.err" || fail "transient loss: no renewal after 
 ok "server restarted ($restart_ms ms) under a running command: renewed after reconnecting, exit 0, released"
 
 # a crashed backend must not be the reason anything passed
-if grep -E 'PANIC|TRAP:|terminated by signal' "$tmp/server.log" >&2; then
+if srv_log_grep 'PANIC|TRAP:|terminated by signal'; then
 	fail "the server log shows a crash"
 fi
 

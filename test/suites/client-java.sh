@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../clients/lib.sh"
 jar=${DLOCK_JDBC_JAR:-/usr/share/java/postgresql.jar}
 for cmd in javac java; do
 	command -v "$cmd" >/dev/null ||
-		{ echo "$suite: $cmd not found (test/setup.sh installs default-jdk-headless)" >&2; exit 2; }
+		{ echo "$suite: $cmd not found (tools/setup.sh installs default-jdk-headless)" >&2; exit 2; }
 done
 [ -f "$jar" ] || { echo "$suite: $jar not found (libpostgresql-jdbc-java)" >&2; exit 2; }
 javac -version

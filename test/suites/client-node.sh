@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../clients/lib.sh"
 
 for cmd in node npm; do
 	command -v "$cmd" >/dev/null ||
-		{ echo "$suite: $cmd not found (test/setup.sh installs nodejs and npm)" >&2; exit 2; }
+		{ echo "$suite: $cmd not found (tools/setup.sh installs nodejs and npm)" >&2; exit 2; }
 done
 echo "node $(node --version), npm $(npm --version 2>/dev/null)"
 mkdir -p "$tmp/node" "$tmp/home"

@@ -2,11 +2,11 @@
 # Concurrent fuzz test of dlock: random, mostly hostile calls from many
 # clients, roles and databases; then the invariants, and a restart.
 #
-# Builds test/fuzz/dlock_fuzz and runs it once per seed, each run on a
+# Builds test/load/dlock_fuzz and runs it once per seed, each run on a
 # throwaway cluster of its own (unix socket only, shared_preload_libraries =
 # 'dlock', dlock.max_locks = 1000) under test/tmp/fuzz.* of the checkout
 # (socket in a short private dir in /tmp), with two databases with the
-# extension and four roles (see test/fuzz/README.md); then:
+# extension and four roles (see test/load/fuzz.md); then:
 #   - fails if the server log shows a crash (PANIC, TRAP:, terminated by
 #     signal, ...), even when the tool passed;
 #   - restarts the server (FUZZ_RESTART: a clean restart, or a crash) and
@@ -38,16 +38,9 @@
 set -euo pipefail
 
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
-here=${DLOCK_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-if [ -z "${PG_CONFIG:-}" ]; then
-	if [ -x /usr/lib/postgresql/15/bin/pg_config ]; then
-		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-	else
-		PG_CONFIG=pg_config
-	fi
-fi
-export PG_CONFIG
-bindir=$("$PG_CONFIG" --bindir)
+srv_name=fuzz
+# shellcheck source=test/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 duration=${FUZZ_DURATION:-25}
 clients=${FUZZ_CLIENTS:-12}
 restart=${FUZZ_RESTART:-fast}
@@ -57,15 +50,7 @@ case $restart in
 	fast|immediate|kill) ;;
 	*) echo "fuzz.sh: FUZZ_RESTART must be fast, immediate or kill, not '$restart'" >&2; exit 2 ;;
 esac
-if [ "$(id -u)" = 0 ]; then
-	echo "fuzz.sh: initdb refuses root; run as postgres: runuser -u postgres -- $0" >&2
-	exit 2
-fi
-if [ ! -f "$("$PG_CONFIG" --pkglibdir)/dlock.so" ] ||
-	[ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
-	echo "fuzz.sh: dlock is not installed; run make && make install first" >&2
-	exit 2
-fi
+srv_require
 
 new_seed() { echo $(( $(date +%s%N) % 1000000007 )); }
 
@@ -118,58 +103,23 @@ fi
 seed=$FUZZ_SEED
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: FUZZ_SEED must be a number" >&2; exit 2; }
 
-make -s -C "$here/test/fuzz" PG_CONFIG="$PG_CONFIG"
+make -s -C "$here/test/load" PG_CONFIG="$PG_CONFIG" dlock_fuzz
 
-mkdir -p "$here/test/tmp"
-tmp=$(mktemp -d "$here/test/tmp/fuzz.XXXXXX")
-sock=$(mktemp -d /tmp/dlock-fuzz-sock.XXXXXX)	# socket paths must be short
-started=
 fz=
-cleanup() {
-	rc=$?
+# on exit, an interrupted run's tool and its client processes go first
+srv_on_exit() {
 	if [ -n "$fz" ] && kill -0 "$fz" 2>/dev/null; then
-		# interrupted: the tool and its client processes
-		kill -TERM $(pgrep -P "$fz") "$fz" 2>/dev/null || true
-		wait "$fz" 2>/dev/null || true
+		kill -TERM $(pgrep -P "$fz") "$fz" 2>/dev/null
+		wait "$fz" 2>/dev/null
 	fi
-	if [ -n "$started" ]; then
-		"$bindir/pg_ctl" -D "$tmp/data" -m immediate -w stop >/dev/null 2>&1 || true
-	fi
-	rm -rf "$sock"
-	if [ $rc -ne 0 ] && [ -f "$tmp/server.log" ]; then
-		echo "--- last lines of the server log ($tmp/server.log):" >&2
-		tail -n 30 "$tmp/server.log" >&2
-		if [ -n "${DLOCK_LOGDIR:-}" ] && mkdir -p "$DLOCK_LOGDIR" 2>/dev/null; then
-			cp "$tmp/server.log" "$DLOCK_LOGDIR/fuzz-server-$seed.log" &&
-				echo "--- server log copied to $DLOCK_LOGDIR/fuzz-server-$seed.log" >&2
-		fi
-		echo "--- kept $tmp for inspection" >&2
-	else
-		rm -rf "$tmp"
-	fi
-	exit $rc
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-"$bindir/initdb" -D "$tmp/data" --auth=trust --no-instructions -E UTF8 --locale=C >"$tmp/initdb.log" 2>&1 ||
-	{ cat "$tmp/initdb.log" >&2; exit 2; }
-cat >>"$tmp/data/postgresql.conf" <<CONF
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $port
-shared_preload_libraries = 'dlock'
-max_connections = 100
-max_prepared_transactions = 10
-dlock.max_locks = 1000
-fsync = off
-log_min_messages = warning
-CONF
-"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 30 start >/dev/null
-started=1
-
-unset PGSERVICE PGOPTIONS PGUSER PGPASSWORD PGHOSTADDR PGDATABASE
-export PGHOST="$sock" PGPORT=$port
+srv_log_copy=fuzz-server-$seed.log
+srv_dirs
+srv_trap
+srv_initdb
+srv_conf "$port" "max_connections = 100" "max_prepared_transactions = 10" "dlock.max_locks = 1000"
+srv_start
+srv_env
 psql() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 psql -d postgres <<'SQL'
@@ -197,7 +147,7 @@ rc=0
 conn="host=$sock port=$port dbname=postgres"
 # (in the background, so that a signal stops the run at once)
 # shellcheck disable=SC2086
-"$here/test/fuzz/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a,fz_b,fz_c,fz_d \
+"$here/test/load/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a,fz_b,fz_c,fz_d \
 	-c "$clients" -t "$duration" -s "$seed" --snapshot "$tmp/leases.snapshot" \
 	${FUZZ_ARGS:-} &
 fz=$!
@@ -208,8 +158,7 @@ fz=
 # that exits with any code but 0 or 1 is a crash)
 # crashes [BYTE]: the server log from byte BYTE on (default: all of it)
 crashes() {
-	tail -c "+$(( ${1:-0} + 1 ))" "$tmp/server.log" |
-		grep -E 'PANIC|TRAP:|terminated by signal|was terminated|exited with exit code ([02-9]|[1-9][0-9])|terminating any other active server processes' >&2
+	srv_log_grep 'PANIC|TRAP:|terminated by signal|was terminated|exited with exit code ([02-9]|[1-9][0-9])|terminating any other active server processes' "${1:-0}"
 }
 
 # a crashed backend or a failed assertion is a bug even if the tool passed
@@ -254,21 +203,21 @@ if [ -f "$tmp/leases.snapshot" ]; then
 		immediate|kill)
 			if [ "$restart" = kill ]; then
 				echo "fuzz.sh: crashing the server (SIGKILL), then starting it"
-				started=
+				srv_started=
 				kill_server
 			else
 				echo "fuzz.sh: crashing the server (pg_ctl stop -m immediate), then starting it"
 				"$bindir/pg_ctl" -D "$tmp/data" -w -t 60 -m immediate stop >/dev/null
-				started=
+				srv_started=
 			fi
 			# the log before the crash was checked above; what a crash
 			# itself writes there is expected
 			logfrom=$(stat -c %s "$tmp/server.log")
 			"$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 60 start >/dev/null
-			started=1
+			srv_started=1
 			;;
 	esac
-	"$here/test/fuzz/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a --verify "$tmp/leases.snapshot" || rc=1
+	"$here/test/load/dlock_fuzz" -d "$conn" -D fz1,fz2 -r fz_a --verify "$tmp/leases.snapshot" || rc=1
 	if crashes "$logfrom"; then
 		echo "fuzz.sh: the server log shows a crash after the restart" >&2
 		rc=1

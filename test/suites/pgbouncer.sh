@@ -15,7 +15,7 @@
 suite=pgbouncer
 source "$(dirname "${BASH_SOURCE[0]}")/../clients/lib.sh"
 
-[ -x "$PGBOUNCER" ] || { echo "$suite: pgbouncer not found (test/setup.sh installs it)" >&2; exit 2; }
+[ -x "$PGBOUNCER" ] || { echo "$suite: pgbouncer not found (tools/setup.sh installs it)" >&2; exit 2; }
 "$PGBOUNCER" --version | head -n 1
 
 start_cluster

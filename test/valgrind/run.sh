@@ -31,7 +31,7 @@
 #   runuser -u postgres -- test/valgrind/run.sh
 #   runuser -u postgres -- test/valgrind/run.sh errors fence   # only these tests
 #
-# Arguments: test names: sql/<name>.sql and/or test/specs/<name>.spec, listed
+# Arguments: test names: sql/<name>.sql and/or test/isolation/specs/<name>.spec, listed
 # in the Makefile or not (default: every test of REGRESS and ISOLATION but
 # those in VALGRIND_SKIP).
 # Environment: PG_CONFIG, DLOCK_TOP (checkout; default: this script's),
@@ -45,17 +45,11 @@
 # (0.05: sql/hostile.sql's memory loops run 5,000 calls instead of 100,000).
 set -uo pipefail
 
-here=${DLOCK_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-if [ -z "${PG_CONFIG:-}" ]; then
-	if [ -x /usr/lib/postgresql/15/bin/pg_config ]; then
-		PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-	else
-		PG_CONFIG=pg_config
-	fi
-fi
-bindir=$("$PG_CONFIG" --bindir)
+srv_name=valgrind
+srv_who=valgrind/run.sh
+# shellcheck source=test/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 pgxs=$(cd "$(dirname "$("$PG_CONFIG" --pgxs)")/../.." && pwd)
-pkglibdir=$("$PG_CONFIG" --pkglibdir)
 port=54349
 t_start=$(date +%s)
 
@@ -64,15 +58,10 @@ if [ "$(id -u)" = 0 ]; then
 	if id postgres >/dev/null 2>&1 && runuser -u postgres -- test -r "$here/Makefile"; then
 		exec runuser -u postgres -- env DLOCK_TOP="$here" PG_CONFIG="$PG_CONFIG" "$BASH" "$here/test/valgrind/run.sh" "$@"
 	fi
-	echo "valgrind/run.sh: initdb refuses root; run as postgres: runuser -u postgres -- $0" >&2
-	exit 2
 fi
+srv_require
 if ! command -v valgrind >/dev/null; then
 	echo "valgrind/run.sh: valgrind is not installed (apt-get install valgrind)" >&2
-	exit 2
-fi
-if [ ! -f "$pkglibdir/dlock.so" ]; then
-	echo "valgrind/run.sh: dlock is not installed; run make && make install first" >&2
 	exit 2
 fi
 
@@ -95,18 +84,18 @@ if [ $# -gt 0 ]; then
 	regress=""
 	isolation=""
 	for t in "$@"; do
-		# a name may be both (xact, fence): then it runs in both
+		# a name may be both: then it runs in both
 		found=0
 		if [ -f "$here/sql/$t.sql" ]; then
 			[[ " $regress " == *" $t "* ]] || regress+="$t "
 			found=1
 		fi
-		if [ -f "$here/test/specs/$t.spec" ]; then
+		if [ -f "$here/test/isolation/specs/$t.spec" ]; then
 			[[ " $isolation " == *" $t "* ]] || isolation+="$t "
 			found=1
 		fi
 		if [ "$found" = 0 ]; then
-			echo "valgrind/run.sh: no test named $t (sql/$t.sql or test/specs/$t.spec)" >&2
+			echo "valgrind/run.sh: no test named $t (sql/$t.sql or test/isolation/specs/$t.spec)" >&2
 			exit 2
 		fi
 	done
@@ -120,12 +109,7 @@ if [ $# -gt 0 ]; then
 	fi
 fi
 
-if mkdir -p "$here/test/tmp" 2>/dev/null && [ -w "$here/test/tmp" ]; then
-	tmp=$(mktemp -d "$here/test/tmp/valgrind.XXXXXX")
-else
-	tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-valgrind.XXXXXX")
-fi
-sock=$(mktemp -d /tmp/dlock-vg-sock.XXXXXX)
+srv_dirs
 vglogs=$tmp/valgrind
 mkdir -p "$vglogs"
 pm_pid=""
@@ -168,22 +152,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$bindir/initdb" -D "$tmp/data" --auth=trust --no-instructions -E UTF8 --locale=C >"$tmp/initdb.log" 2>&1 ||
-	{ cat "$tmp/initdb.log" >&2; exit 2; }
-{
-	cat "$here/test/dlock.conf"
-	cat <<CONF
-listen_addresses = ''
-unix_socket_directories = '$sock'
-port = $port
-fsync = off
-# everything is 20-50 times slower under valgrind
-checkpoint_timeout = 1h
-autovacuum = off
-log_line_prefix = '%m [%p] '
-log_min_messages = warning
-CONF
-} >>"$tmp/data/postgresql.conf"
+srv_initdb
+srv_conf "$port" "$(cat "$here/test/dlock.conf")" \
+	"# everything is 20-50 times slower under valgrind" \
+	"checkpoint_timeout = 1h" "autovacuum = off" "log_line_prefix = '%m [%p] '"
 
 track=${VALGRIND_TRACK_ORIGINS:-yes}
 # shellcheck disable=SC2086
@@ -214,8 +186,7 @@ fi
 t_ready=$(date +%s)
 echo "valgrind/run.sh: server ready after $((t_ready - t_start)) s"
 
-unset PGSERVICE PGUSER PGPASSWORD PGHOSTADDR PGDATABASE
-export PGHOST=$sock PGPORT=$port
+srv_env
 # a test that cannot finish under valgrind must not hang the run
 # (hostile.scale: sql/hostile.sql runs its 100,000-call memory loops at 5 %)
 export PGOPTIONS="-c statement_timeout=${VALGRIND_STATEMENT_TIMEOUT:-600s} -c hostile.scale=${VALGRIND_HOSTILE_SCALE:-0.05}"
@@ -238,7 +209,7 @@ if [ -n "$isolation" ]; then
 	t0=$(date +%s)
 	mkdir -p "$tmp/isolation"
 	# shellcheck disable=SC2086
-	(cd "$here" && "$pgxs/src/test/isolation/pg_isolation_regress" --inputdir=test \
+	(cd "$here" && "$pgxs/src/test/isolation/pg_isolation_regress" --inputdir=test/isolation \
 		--outputdir="$tmp/isolation" --bindir="$bindir" \
 		--load-extension=dlock --dbname=isolation_regression $isolation) | tee "$tmp/isolation.out"
 	st=${PIPESTATUS[0]}

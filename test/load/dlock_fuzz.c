@@ -1,7 +1,7 @@
 /*
  * dlock_fuzz.c
  *		Concurrent fuzz client for dlock, and a waiter herd for exhaustion
- *		tests.  See README.md in this directory.
+ *		tests.  See fuzz.md in this directory.
  *
  * Fuzz mode (default) forks client processes.  Each connects to a random
  * database as a random role and, until the time is up, issues random dlock
@@ -49,13 +49,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
+
+#include "loadlib.h"
 
 #define MAX_CLIENTS		64
 #define MAX_DBS			8
@@ -68,15 +69,12 @@
 
 /* ------------------------------------------------------------------ options */
 
-static const char *conninfo = "";
+/* -d, -c, -t, -s and -n (how many tracked names) */
+static LoadOptions opts = {.conninfo = "", .clients = 12, .seconds = 20, .seed = 1, .names = 48};
 static char *db_list[MAX_DBS];
 static int	ndbs = 0;
 static char *role_list[MAX_ROLES];
 static int	nroles = 0;
-static int	nclients = 12;
-static int	duration = 20;
-static uint64_t seed = 1;
-static int	nnames = 48;
 static bool verbose = false;
 static const char *snapshot_file = NULL;
 static const char *verify_file = NULL;
@@ -142,40 +140,18 @@ static int *printed;
 
 /* ------------------------------------------------------------------ helpers */
 
-static int64_t
-now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void
-sleep_us(int64_t us)
-{
-	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-static uint64_t rng_state;
+static uint64_t rng_state;		/* this process's random numbers */
 
 static uint64_t
 rnd(void)
 {
-	uint64_t	z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
+	return load_splitmix64(&rng_state);
 }
 
 static int
 rnd_int(int n)
 {
-	return (int) (rnd() % (uint64_t) n);
+	return load_splitmix_int(&rng_state, n);
 }
 
 /* true with probability pct percent */
@@ -230,15 +206,12 @@ split_list(char *arg, char **out, int *n, int max)
 
 /*
  * Connects with the checker's connection string, overriding the database
- * and the user when given (libpq ignores NULL or empty values).
+ * and the user when given.
  */
 static PGconn *
 connect_as(const char *db, const char *role, const char *appname)
 {
-	const char *keys[5] = {"dbname", "dbname", "user", "application_name", NULL};
-	const char *vals[5] = {conninfo, db, role, appname, NULL};
-
-	return PQconnectdbParams(keys, vals, 1);
+	return load_connect(opts.conninfo, db, role, appname);
 }
 
 /* A connection for the checker, as the conninfo's user; exits on failure. */
@@ -254,20 +227,6 @@ checker_conn(const char *db)
 		exit(2);
 	}
 	return conn;
-}
-
-/* Runs a query that must succeed (checker side); exits otherwise. */
-static PGresult *
-must(PGconn *conn, const char *sql)
-{
-	PGresult   *res = PQexec(conn, sql);
-
-	if (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)
-	{
-		fprintf(stderr, "dlock_fuzz: query failed: %s\n  %s", sql, PQerrorMessage(conn));
-		exit(2);
-	}
-	return res;
 }
 
 /* ------------------------------------------------------------------ values */
@@ -515,7 +474,7 @@ forget_xact(Client *c, bool uncertain)
 {
 	for (int d = 0; d < ndbs; d++)
 		for (int r = 0; r < nroles; r++)
-			for (int n = 0; n < nnames; n++)
+			for (int n = 0; n < opts.names; n++)
 				for (int o = 0; o < OWNERS_PER; o++)
 				{
 					Tracked    *t = &c->tracked[d][r][n][o];
@@ -546,7 +505,7 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 	int			lens[8];
 	PGresult   *r,
 			   *last = NULL;
-	int64_t		t0 = now_us();
+	int64_t		t0 = load_now_us();
 	bool		cancelled = false;
 
 	*res = NULL;
@@ -567,7 +526,7 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 	{
 		struct pollfd pfd = {PQsocket(c->conn), POLLIN, 0};
 		int			wait_ms = 100;
-		int64_t		elapsed = now_us() - t0;
+		int64_t		elapsed = load_now_us() - t0;
 
 		if (!PQisBusy(c->conn))
 			break;
@@ -582,14 +541,7 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 		}
 		if (cancel_us > 0 && !cancelled && elapsed >= cancel_us)
 		{
-			PGcancel   *cn = PQgetCancel(c->conn);
-			char		errbuf[256];
-
-			if (cn)
-			{
-				PQcancel(cn, errbuf, sizeof(errbuf));
-				PQfreeCancel(cn);
-			}
+			load_cancel(c->conn);
 			cancelled = true;
 			c->st->cancels++;
 		}
@@ -620,7 +572,7 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 	}
 	if (last == NULL)
 		return OUT_ERROR;
-	if (PQresultStatus(last) == PGRES_TUPLES_OK || PQresultStatus(last) == PGRES_COMMAND_OK)
+	if (load_ok(last))
 	{
 		c->st->ok++;
 		*res = last;
@@ -628,9 +580,8 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 	}
 	else
 	{
-		const char *code = PQresultErrorField(last, PG_DIAG_SQLSTATE);
+		const char *code = load_sqlstate(last, "?????");
 
-		code = code ? code : "?????";
 		c->st->errors++;
 		count_code(c, code);
 		if (!expected_code(code))
@@ -704,7 +655,7 @@ connect_client(Client *c)
 			exit(1);
 		}
 		PQfinish(c->conn);
-		sleep_us(100000);
+		load_sleep_us(100000);
 	}
 	c->st->reconnects++;
 	c->st->pid = PQbackendPID(c->conn);
@@ -737,7 +688,7 @@ choose_name(Client *c, Choice *ch)
 	ch->tracked_name = -1;
 	if (k < 70)
 	{
-		ch->tracked_name = rnd_int(nnames);
+		ch->tracked_name = rnd_int(opts.names);
 		arg_fmt(&ch->name, "n%d", ch->tracked_name);
 		return;
 	}
@@ -792,7 +743,7 @@ choose_name(Client *c, Choice *ch)
 			{
 				static const char *const tw[] = {"n%d ", "N%d", "n%d\n", " n%d", "n%d\t"};
 
-				arg_fmt(&ch->name, tw[rnd_int(5)], rnd_int(nnames));
+				arg_fmt(&ch->name, tw[rnd_int(5)], rnd_int(opts.names));
 			}
 			break;
 	}
@@ -854,7 +805,7 @@ choose_owner(Client *c, Choice *ch)
 				break;
 			default:
 				/* another client's owner string: refused unless same role */
-				arg_fmt(&ch->owner, "c%d.%x-o%d", rnd_int(nclients), run_nonce, rnd_int(OWNERS_PER));
+				arg_fmt(&ch->owner, "c%d.%x-o%d", rnd_int(opts.clients), run_nonce, rnd_int(OWNERS_PER));
 				ch->foreign_owner = true;
 				break;
 		}
@@ -1118,9 +1069,9 @@ dlock_call(Client *c)
 	else
 		sql = "SELECT dlock_owner()";
 
-	t0 = now_us();
+	t0 = load_now_us();
 	out = exec(c, sql, nparams, args, &res, cancel_us, hangup_us, sql);
-	t1 = now_us();
+	t1 = load_now_us();
 
 	if (out == OUT_OK)
 	{
@@ -1129,7 +1080,7 @@ dlock_call(Client *c)
 			if (PQgetisnull(res, 0, 0))
 				c->st->nulls++;
 			else
-				note_grant(c, &ch, strtoll(PQgetvalue(res, 0, 0), NULL, 10), t0, t1);
+				note_grant(c, &ch, load_int64(res, 0, 0), t0, t1);
 		}
 		if (t != NULL && c->in_xact && !grant_call)
 			t->touched = true;
@@ -1193,7 +1144,7 @@ settings_change(Client *c)
 static void
 terminate_other(Client *c)
 {
-	int			victim = rnd_int(nclients);
+	int			victim = rnd_int(opts.clients);
 	int			pid = stats[victim].pid;
 	char		sql[64];
 	PGresult   *res;
@@ -1312,7 +1263,7 @@ transaction(Client *c)
 			c->xact_failed = false;
 			for (int d = 0; d < ndbs; d++)
 				for (int r = 0; r < nroles; r++)
-					for (int m = 0; m < nnames; m++)
+					for (int m = 0; m < opts.names; m++)
 						for (int o = 0; o < OWNERS_PER; o++)
 							if (c->tracked[d][r][m][o].touched)
 								c->tracked[d][r][m][o].uncertain = true;
@@ -1331,12 +1282,12 @@ client_main(int id, int64_t deadline)
 	c->id = id;
 	c->st = &stats[id];
 	c->rec = records + (size_t) id * RECORDS_PER;
-	rng_state = seed * 1000003 + (uint64_t) id * 7919;
+	rng_state = opts.seed * 1000003 + (uint64_t) id * 7919;
 	for (int o = 0; o < OWNERS_PER; o++)
 		snprintf(c->owners[o], sizeof(c->owners[o]), "c%d.%x-o%d", id, run_nonce, o);
 	connect_client(c);
 
-	while (now_us() < deadline)
+	while (load_now_us() < deadline)
 	{
 		int			k = rnd_int(1000);
 
@@ -1376,15 +1327,15 @@ monitor_main(int64_t deadline)
 
 	for (int d = 0; d < ndbs; d++)
 		conns[d] = checker_conn(db_list[d]);
-	while (now_us() < deadline)
+	while (load_now_us() < deadline)
 	{
 		for (int d = 0; d < ndbs; d++)
 		{
-			int64_t		t0 = now_us();
+			int64_t		t0 = load_now_us();
 			PGresult   *res = PQexec(conns[d],
 									 "SELECT name, owner, role::text, token, count(*) OVER (PARTITION BY name),"
 									 " count(*) OVER (PARTITION BY token) FROM dlock_locks");
-			int64_t		t1 = now_us();
+			int64_t		t1 = load_now_us();
 
 			st->calls++;
 			if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -1402,7 +1353,7 @@ monitor_main(int64_t deadline)
 						if (PQstatus(conns[d]) == CONNECTION_OK || i == 200)
 							break;
 						PQfinish(conns[d]);
-						sleep_us(100000);
+						load_sleep_us(100000);
 					}
 				}
 				continue;
@@ -1416,14 +1367,14 @@ monitor_main(int64_t deadline)
 					violation(st, "monitor: %s: dlock_locks shows name \"%s\" %s times, token %s %s times",
 							  db_list[d], name, PQgetvalue(res, i, 4), PQgetvalue(res, i, 3),
 							  PQgetvalue(res, i, 5));
-				add_record(st, rec, strtoll(PQgetvalue(res, i, 3), NULL, 10), t0, t1,
+				add_record(st, rec, load_int64(res, i, 3), t0, t1,
 						   holder_hash(db_list[d], name, PQgetlength(res, i, 0), owner,
 									   PQgetlength(res, i, 1), PQgetvalue(res, i, 2)),
 						   false, 1);
 			}
 			PQclear(res);
 		}
-		sleep_us(50000);
+		load_sleep_us(50000);
 	}
 	for (int d = 0; d < ndbs; d++)
 		PQfinish(conns[d]);
@@ -1528,19 +1479,19 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	/* backends of clients that hung up or were killed leave the queue */
 	for (int i = 0; i < 100; i++)
 	{
-		res = must(conn, "SELECT count(*) FROM dlock_waiters");
+		res = load_must(conn, "SELECT count(*) FROM dlock_waiters");
 		waiting = atoi(PQgetvalue(res, 0, 0));
 		PQclear(res);
 		if (waiting == 0)
 			break;
-		sleep_us(100000);
+		load_sleep_us(100000);
 	}
 	if (waiting != 0)
 	{
 		bad++;
 		violation(st, "%s: %d sessions still in dlock_waiters 10 s after the end", db_list[d], waiting);
 	}
-	res = must(conn, "SELECT waiting FROM dlock_stats");
+	res = load_must(conn, "SELECT waiting FROM dlock_stats");
 	if (atoi(PQgetvalue(res, 0, 0)) != 0)
 	{
 		bad++;
@@ -1549,7 +1500,7 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	PQclear(res);
 
 	/* one row per name and per token */
-	res = must(conn, "SELECT name, count(*) FROM dlock_locks GROUP BY name HAVING count(*) > 1"
+	res = load_must(conn, "SELECT name, count(*) FROM dlock_locks GROUP BY name HAVING count(*) > 1"
 			   " UNION ALL SELECT token::text, count(*) FROM dlock_locks GROUP BY token HAVING count(*) > 1");
 	if (PQntuples(res) > 0)
 	{
@@ -1559,7 +1510,7 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	PQclear(res);
 
 	/* every durable live lease has its row: same token, owner and role */
-	res = must(conn,
+	res = load_must(conn,
 			   "SELECT l.name, l.token, r.token, l.owner = r.owner, l.role::oid = r.role"
 			   " FROM dlock_locks l LEFT JOIN dlock_leases r ON r.name = l.name"
 			   " WHERE l.durable AND (r.name IS NULL OR r.token <> l.token OR r.owner <> l.owner"
@@ -1575,7 +1526,7 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	PQclear(res);
 
 	/* dlock_locks.version is the row's version (also after rollbacks) */
-	res = must(conn,
+	res = load_must(conn,
 			   "SELECT l.name, l.version, r.version FROM dlock_locks l JOIN dlock_leases r ON r.name = l.name"
 			   " AND r.token = l.token WHERE l.durable AND l.version <> r.version");
 	for (int i = 0; i < PQntuples(res); i++)
@@ -1590,7 +1541,7 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	 * A row claiming a lease live for a while yet must be that live lease;
 	 * otherwise a restart would bring back a lease that ended.
 	 */
-	res = must(conn,
+	res = load_must(conn,
 			   "SELECT r.name, r.token, l.token,"
 			   " format('row: owner %s role %s granted %s expires %s version %s; now %s',"
 			   "  r.owner, r.role::regrole, r.granted_at, r.expires_at, r.version, clock_timestamp()),"
@@ -1610,7 +1561,7 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	PQclear(res);
 
 	/* the sentinel is untouched */
-	res = must(conn, "SELECT token::text, owner, role::text, version FROM dlock_locks WHERE name = 'sentinel'");
+	res = load_must(conn, "SELECT token::text, owner, role::text, version FROM dlock_locks WHERE name = 'sentinel'");
 	if (PQntuples(res) != 1 || strcmp(PQgetvalue(res, 0, 0), sentinel_token) != 0 ||
 		strcmp(PQgetvalue(res, 0, 1), "sentinel") != 0 || strcmp(PQgetvalue(res, 0, 3), "1") != 0)
 	{
@@ -1621,13 +1572,13 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	PQclear(res);
 
 	/* the final state joins the token records */
-	res = must(conn, "SELECT name, owner, role::text, token FROM dlock_locks");
+	res = load_must(conn, "SELECT name, owner, role::text, token FROM dlock_locks");
 	for (int i = 0; i < PQntuples(res); i++)
 	{
 		Record	   *r = &extra[(*nextra)++];
 
-		r->token = strtoll(PQgetvalue(res, i, 3), NULL, 10);
-		r->t_send = r->t_recv = now_us();
+		r->token = load_int64(res, i, 3);
+		r->t_send = r->t_recv = load_now_us();
 		r->holder = holder_hash(db_list[d], PQgetvalue(res, i, 0), PQgetlength(res, i, 0),
 								PQgetvalue(res, i, 1), PQgetlength(res, i, 1), PQgetvalue(res, i, 2));
 		r->fresh = 0;
@@ -1655,7 +1606,7 @@ write_snapshot(const char *path, int64_t max_token)
 	for (int d = 0; d < ndbs; d++)
 	{
 		PGconn	   *conn = checker_conn(db_list[d]);
-		PGresult   *res = must(conn,
+		PGresult   *res = load_must(conn,
 								"SELECT encode(convert_to(name, 'UTF8'), 'hex'), encode(convert_to(owner, 'UTF8'), 'hex'),"
 								" role::text, token, expires_at > clock_timestamp() + interval '30 s'"
 								" FROM dlock_locks WHERE durable ORDER BY name");
@@ -1699,7 +1650,7 @@ verify_snapshot(const char *path)
 	for (int d = 0; d < ndbs; d++)
 	{
 		PGconn	   *conn = checker_conn(db_list[d]);
-		PGresult   *res = must(conn,
+		PGresult   *res = load_must(conn,
 								"SELECT encode(convert_to(name, 'UTF8'), 'hex'), encode(convert_to(owner, 'UTF8'), 'hex'),"
 								" role::text, token FROM dlock_locks ORDER BY name");
 		int			nrows = PQntuples(res);
@@ -1758,8 +1709,8 @@ verify_snapshot(const char *path)
 		free(matched);
 		PQclear(res);
 
-		res = must(conn, "SELECT dlock_try('after-restart', '1 s', 'checker')");
-		if (PQgetisnull(res, 0, 0) || strtoll(PQgetvalue(res, 0, 0), NULL, 10) <= max_token)
+		res = load_must(conn, "SELECT dlock_try('after-restart', '1 s', 'checker')");
+		if (PQgetisnull(res, 0, 0) || load_int64(res, 0, 0) <= max_token)
 		{
 			bad++;
 			violation(&st, "%s: a grant after the restart got token %s, not above %" PRId64,
@@ -1775,13 +1726,23 @@ verify_snapshot(const char *path)
 	return bad ? 1 : 0;
 }
 
+static bool child_hung[MAX_CLIENTS + 1];
+
+static void
+note_hung(int i, pid_t pid)
+{
+	(void) pid;
+	child_hung[i] = true;
+}
+
 static int
 fuzz_main(void)
 {
 	int64_t		start,
 				deadline;
 	pid_t		pids[MAX_CLIENTS + 1];
-	int			hung = 0,
+	int			status[MAX_CLIENTS + 1];
+	int			hung,
 				died = 0;
 	long		bad = 0;
 	Stats		total = {0};
@@ -1794,17 +1755,8 @@ fuzz_main(void)
 	Record	   *all;
 	Record	   *extra = calloc(200000, sizeof(Record));
 
-
-	stats = mmap(NULL, sizeof(Stats) * (MAX_CLIENTS + 1), PROT_READ | PROT_WRITE,
-				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	records = mmap(NULL, sizeof(Record) * (size_t) RECORDS_PER * (MAX_CLIENTS + 1),
-				   PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (stats == MAP_FAILED || records == MAP_FAILED)
-	{
-		perror("mmap");
-		return 2;
-	}
-	memset(stats, 0, sizeof(Stats) * (MAX_CLIENTS + 1));
+	stats = load_shared(sizeof(Stats) * (MAX_CLIENTS + 1), false);
+	records = load_shared(sizeof(Record) * (size_t) RECORDS_PER * (MAX_CLIENTS + 1), true);
 
 	/* the sentinel: the same token in every database is impossible, so one each */
 	for (int d = 0; d < ndbs; d++)
@@ -1812,8 +1764,8 @@ fuzz_main(void)
 		PGconn	   *conn = checker_conn(db_list[d]);
 		PGresult   *res;
 
-		PQclear(must(conn, "SELECT dlock_force_release('sentinel')"));
-		res = must(conn, "SELECT dlock_try('sentinel', '1 hour', 'sentinel')");
+		PQclear(load_must(conn, "SELECT dlock_force_release('sentinel')"));
+		res = load_must(conn, "SELECT dlock_try('sentinel', '1 hour', 'sentinel')");
 		if (PQgetisnull(res, 0, 0))
 		{
 			fprintf(stderr, "dlock_fuzz: cannot take the sentinel in %s\n", db_list[d]);
@@ -1825,14 +1777,14 @@ fuzz_main(void)
 	}
 
 	printf("dlock_fuzz: %d clients, %d s, seed %" PRIu64 ", %d databases, %d roles, %d tracked names\n",
-		   nclients, duration, seed, ndbs, nroles, nnames);
+		   opts.clients, opts.seconds, opts.seed, ndbs, nroles, opts.names);
 	fflush(stdout);
-	start = now_us();
-	deadline = start + (int64_t) duration * 1000000;
+	start = load_now_us();
+	deadline = start + (int64_t) opts.seconds * 1000000;
 	run_nonce = (unsigned) (start ^ getpid()) & 0xffffff;
-	for (int i = 0; i <= nclients; i++)
+	for (int i = 0; i <= opts.clients; i++)
 	{
-		int			slot = i < nclients ? i : MAX_CLIENTS;
+		int			slot = i < opts.clients ? i : MAX_CLIENTS;
 
 		fflush(stdout);
 		fflush(stderr);
@@ -1851,34 +1803,14 @@ fuzz_main(void)
 	}
 
 	/* wait for everyone; 30 s after the end a client is hung */
-	for (int i = 0; i <= nclients; i++)
+	hung = load_reap(opts.clients + 1, pids, status, deadline + 30000000, note_hung);
+	for (int i = 0; i <= opts.clients; i++)
+		if (!child_hung[i] && (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0))
+			died++;
+
+	for (int i = 0; i <= opts.clients; i++)
 	{
-		int			status;
-
-		for (;;)
-		{
-			pid_t		r = waitpid(pids[i], &status, WNOHANG);
-
-			if (r == pids[i])
-			{
-				if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-					died++;
-				break;
-			}
-			if (now_us() > deadline + 30000000)
-			{
-				kill(pids[i], SIGKILL);
-				waitpid(pids[i], &status, 0);
-				hung++;
-				break;
-			}
-			sleep_us(20000);
-		}
-	}
-
-	for (int i = 0; i <= nclients; i++)
-	{
-		Stats	   *s = &stats[i < nclients ? i : MAX_CLIENTS];
+		Stats	   *s = &stats[i < opts.clients ? i : MAX_CLIENTS];
 
 		total.calls += s->calls;
 		total.dlock_calls += s->dlock_calls;
@@ -1922,13 +1854,13 @@ fuzz_main(void)
 		bad += check_quiescent(d, &cst, sentinel_tokens[d], extra, &nextra);
 
 	/* tokens */
-	for (int i = 0; i <= nclients; i++)
-		nall += stats[i < nclients ? i : MAX_CLIENTS].nrecords;
+	for (int i = 0; i <= opts.clients; i++)
+		nall += stats[i < opts.clients ? i : MAX_CLIENTS].nrecords;
 	all = malloc(sizeof(Record) * (nall + nextra + 3));
 	nall = 0;
-	for (int i = 0; i <= nclients; i++)
+	for (int i = 0; i <= opts.clients; i++)
 	{
-		int			slot = i < nclients ? i : MAX_CLIENTS;
+		int			slot = i < opts.clients ? i : MAX_CLIENTS;
 
 		memcpy(all + nall, records + (size_t) slot * RECORDS_PER, sizeof(Record) * stats[slot].nrecords);
 		nall += stats[slot].nrecords;
@@ -1944,7 +1876,7 @@ fuzz_main(void)
 		r1.holder ^= 1;
 		r1.kind = 9;
 		r2.fresh = 1;
-		r2.t_send = now_us();
+		r2.t_send = load_now_us();
 		r2.t_recv = r2.t_send + 1;
 		r2.token = 1;
 		r2.holder = 42;
@@ -1957,9 +1889,9 @@ fuzz_main(void)
 	for (int d = 0; d < ndbs; d++)
 	{
 		PGconn	   *conn = checker_conn(db_list[d]);
-		PGresult   *res = must(conn, "SELECT dlock_try('after-fuzz', '1 s', 'checker')");
+		PGresult   *res = load_must(conn, "SELECT dlock_try('after-fuzz', '1 s', 'checker')");
 
-		if (PQgetisnull(res, 0, 0) || strtoll(PQgetvalue(res, 0, 0), NULL, 10) <= max_token)
+		if (PQgetisnull(res, 0, 0) || load_int64(res, 0, 0) <= max_token)
 		{
 			bad++;
 			violation(&cst, "%s: a grant after the run got token %s, not above %" PRId64,
@@ -1973,14 +1905,14 @@ fuzz_main(void)
 
 	if (verbose)
 	{
-		for (int i = 0; i < nclients; i++)
+		for (int i = 0; i < opts.clients; i++)
 			printf("client %-3d     %ld statements, %ld errors, %ld tokens (%ld new), %ld reconnects\n",
 				   i, stats[i].calls, stats[i].errors, stats[i].grants, stats[i].fresh,
 				   stats[i].reconnects);
 	}
-	printf("seconds        %.1f\n", (now_us() - start) / 1e6);
+	printf("seconds        %.1f\n", (load_now_us() - start) / 1e6);
 	printf("statements     %ld (%ld dlock calls; %.0f statements/s during the run)\n",
-		   total.calls, total.dlock_calls, total.calls / (double) duration);
+		   total.calls, total.dlock_calls, total.calls / (double) opts.seconds);
 	printf("results        %ld ok, %ld errors, %ld unexpected errors\n", total.ok, total.errors, total.unexpected);
 	printf("tokens         %ld returned (%ld certainly new grants, checked for order), %ld NULL from try/acquire\n",
 		   total.grants, total.fresh, total.nulls);
@@ -2041,18 +1973,18 @@ herd_main(void)
 	int64_t		last_token = 0;
 	int			last_pos = 0;
 
-	rng_state = seed;
+	rng_state = opts.seed;
 	snprintf(sql, sizeof(sql), "SELECT dlock_try('%s', '10 min', 'herd-holder')", herd_name);
-	res = must(ctl, sql);
+	res = load_must(ctl, sql);
 	if (PQgetisnull(res, 0, 0))
 	{
 		fprintf(stderr, "herd: %s is held by someone else\n", herd_name);
 		return 2;
 	}
-	holder_token = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	holder_token = load_int64(res, 0, 0);
 	PQclear(res);
 
-	t0 = now_us();
+	t0 = load_now_us();
 	for (int i = 0; i < herd; i++)
 	{
 		char		app[32];
@@ -2071,12 +2003,12 @@ herd_main(void)
 			snprintf(sql, sizeof(sql), "SET statement_timeout = %d", mode == 1 ? herd_timeout_ms : 20 + rnd_int(herd_timeout_ms));
 		else
 			snprintf(sql, sizeof(sql), "SET statement_timeout = 0");
-		PQclear(must(w[i].conn, sql));
+		PQclear(load_must(w[i].conn, sql));
 	}
-	printf("herd: %d sessions connected in %.1f s\n", herd, (now_us() - t0) / 1e6);
+	printf("herd: %d sessions connected in %.1f s\n", herd, (load_now_us() - t0) / 1e6);
 
 	/* queue them, one after the other, in a known order */
-	t0 = now_us();
+	t0 = load_now_us();
 	for (int i = 0; i < herd; i++)
 	{
 		char		tmo[32] = "NULL";
@@ -2094,9 +2026,9 @@ herd_main(void)
 	for (;;)
 	{
 		snprintf(sql, sizeof(sql), "SELECT pid, queue_position FROM dlock_waiters WHERE name = '%s'", herd_name);
-		res = must(ctl, sql);
+		res = load_must(ctl, sql);
 		queued = PQntuples(res);
-		if (queued == herd || (mode != 0 && now_us() - t0 > 2000000) || now_us() - t0 > 60000000)
+		if (queued == herd || (mode != 0 && load_now_us() - t0 > 2000000) || load_now_us() - t0 > 60000000)
 		{
 			for (int r = 0; r < PQntuples(res); r++)
 			{
@@ -2110,9 +2042,9 @@ herd_main(void)
 			break;
 		}
 		PQclear(res);
-		sleep_us(20000);
+		load_sleep_us(20000);
 	}
-	printf("herd: %d of %d sessions seen queued after %.1f s\n", queued, herd, (now_us() - t0) / 1e6);
+	printf("herd: %d of %d sessions seen queued after %.1f s\n", queued, herd, (load_now_us() - t0) / 1e6);
 	if (mode == 0 && queued != herd)
 	{
 		printf("herd: VIOLATION: only %d of %d queued\n", queued, herd);
@@ -2125,13 +2057,7 @@ herd_main(void)
 		for (int i = 0; i < herd; i++)
 		{
 			if (w[i].fate == 3)
-			{
-				PGcancel   *cn = PQgetCancel(w[i].conn);
-				char		err[256];
-
-				PQcancel(cn, err, sizeof(err));
-				PQfreeCancel(cn);
-			}
+				load_cancel(w[i].conn);
 			else if (w[i].fate == 4)
 			{
 				PQfinish(w[i].conn);
@@ -2142,17 +2068,17 @@ herd_main(void)
 			else if (w[i].fate == 5)
 			{
 				snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d)", w[i].pid);
-				PQclear(must(ctl, sql));
+				PQclear(load_must(ctl, sql));
 			}
 		}
-		sleep_us((int64_t) herd_timeout_ms * 1000 + 500000);
+		load_sleep_us((int64_t) herd_timeout_ms * 1000 + 500000);
 	}
 
 	/* chain and storm: free the name; each waiter releases on grant */
 	if (mode != 1)
 	{
 		snprintf(sql, sizeof(sql), "SELECT dlock_release('%s', 'herd-holder', %" PRId64 ")", herd_name, holder_token);
-		res = must(ctl, sql);
+		res = load_must(ctl, sql);
 		if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
 		{
 			printf("herd: VIOLATION: the holder could not release\n");
@@ -2162,7 +2088,7 @@ herd_main(void)
 	}
 
 	/* collect every outcome */
-	t0 = now_us();
+	t0 = load_now_us();
 	for (;;)
 	{
 		int			pending = 0;
@@ -2191,14 +2117,10 @@ herd_main(void)
 					if (PQgetisnull(r, 0, 0))
 						w[i].null_result = true;
 					else if (w[i].token == 0)
-						w[i].token = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+						w[i].token = load_int64(r, 0, 0);
 				}
 				else if (PQresultStatus(r) == PGRES_FATAL_ERROR)
-				{
-					const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-
-					snprintf(w[i].code, sizeof(w[i].code), "%s", code ? code : "?????");
-				}
+					snprintf(w[i].code, sizeof(w[i].code), "%s", load_sqlstate(r, "?????"));
 				PQclear(r);
 			}
 			if (w[i].token != 0 && !w[i].released)
@@ -2214,15 +2136,15 @@ herd_main(void)
 		}
 		if (pending == 0)
 			break;
-		if (now_us() - t0 > 120000000)
+		if (load_now_us() - t0 > 120000000)
 		{
 			printf("herd: VIOLATION: %d sessions still busy after 120 s\n", pending);
 			bad++;
 			break;
 		}
-		sleep_us(2000);
+		load_sleep_us(2000);
 	}
-	printf("herd: outcomes collected after %.1f s\n", (now_us() - t0) / 1e6);
+	printf("herd: outcomes collected after %.1f s\n", (load_now_us() - t0) / 1e6);
 
 	/* grants in queue order: tokens grow with the queue position */
 	for (int pos = 1; pos <= herd; pos++)
@@ -2291,12 +2213,12 @@ herd_main(void)
 	/* nobody is left queued; the holder is intact or the name is free */
 	for (int i = 0; i < 100; i++)
 	{
-		res = must(ctl, "SELECT count(*) FROM dlock_waiters");
+		res = load_must(ctl, "SELECT count(*) FROM dlock_waiters");
 		queued = atoi(PQgetvalue(res, 0, 0));
 		PQclear(res);
 		if (queued == 0)
 			break;
-		sleep_us(100000);
+		load_sleep_us(100000);
 	}
 	if (queued != 0)
 	{
@@ -2304,18 +2226,18 @@ herd_main(void)
 		bad++;
 	}
 	snprintf(sql, sizeof(sql), "SELECT owner, token FROM dlock_locks WHERE name = '%s'", herd_name);
-	res = must(ctl, sql);
+	res = load_must(ctl, sql);
 	if (mode == 1)
 	{
 		if (PQntuples(res) != 1 || strcmp(PQgetvalue(res, 0, 0), "herd-holder") != 0 ||
-			strtoll(PQgetvalue(res, 0, 1), NULL, 10) != holder_token)
+			load_int64(res, 0, 1) != holder_token)
 		{
 			printf("herd: VIOLATION: the holder's lease did not survive the storm\n");
 			bad++;
 		}
 		PQclear(res);
 		snprintf(sql, sizeof(sql), "SELECT dlock_release('%s', 'herd-holder')", herd_name);
-		PQclear(must(ctl, sql));
+		PQclear(load_must(ctl, sql));
 	}
 	else
 	{
@@ -2326,7 +2248,7 @@ herd_main(void)
 		}
 		PQclear(res);
 	}
-	res = must(ctl, "SELECT waiting FROM dlock_stats");
+	res = load_must(ctl, "SELECT waiting FROM dlock_stats");
 	if (atoi(PQgetvalue(res, 0, 0)) != 0)
 	{
 		printf("herd: VIOLATION: dlock_stats.waiting is %s\n", PQgetvalue(res, 0, 0));
@@ -2336,7 +2258,7 @@ herd_main(void)
 	/* usable again */
 	snprintf(sql, sizeof(sql), "SELECT dlock_try('%s', '1 s', 'after-herd') IS NOT NULL"
 			 " AND dlock_release('%s', 'after-herd')", herd_name, herd_name);
-	res = must(ctl, sql);
+	res = load_must(ctl, sql);
 	if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
 	{
 		printf("herd: VIOLATION: %s is not usable afterwards\n", herd_name);
@@ -2381,14 +2303,10 @@ usage(void)
 int
 main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"conninfo", required_argument, NULL, 'd'},
+	static const struct option longopts[] = {
+		LOAD_LONG_OPTIONS,
 		{"dbs", required_argument, NULL, 'D'},
 		{"roles", required_argument, NULL, 'r'},
-		{"clients", required_argument, NULL, 'c'},
-		{"duration", required_argument, NULL, 't'},
-		{"seed", required_argument, NULL, 's'},
-		{"names", required_argument, NULL, 'n'},
 		{"max-statement-timeout", required_argument, NULL, 'T'},
 		{"snapshot", required_argument, NULL, 1},
 		{"verify", required_argument, NULL, 2},
@@ -2402,30 +2320,16 @@ main(int argc, char **argv)
 	};
 	int			o;
 
-	while ((o = getopt_long(argc, argv, "d:D:r:c:t:s:n:T:v", opts, NULL)) != -1)
+	load_must_fmt = "dlock_fuzz: query failed: %s\n  %s";
+	while ((o = getopt_long(argc, argv, "d:D:r:c:t:s:n:T:v", longopts, NULL)) != -1)
 	{
 		switch (o)
 		{
-			case 'd':
-				conninfo = optarg;
-				break;
 			case 'D':
 				split_list(optarg, db_list, &ndbs, MAX_DBS);
 				break;
 			case 'r':
 				split_list(optarg, role_list, &nroles, MAX_ROLES);
-				break;
-			case 'c':
-				nclients = atoi(optarg);
-				break;
-			case 't':
-				duration = atoi(optarg);
-				break;
-			case 's':
-				seed = strtoull(optarg, NULL, 10);
-				break;
-			case 'n':
-				nnames = atoi(optarg);
 				break;
 			case 'T':
 				stmt_timeout_max_ms = atoi(optarg);
@@ -2455,11 +2359,12 @@ main(int argc, char **argv)
 				inject = true;
 				break;
 			default:
-				usage();
+				if (!load_option(&opts, o, optarg))
+					usage();
 		}
 	}
-	if (nclients < 1 || nclients > MAX_CLIENTS || duration < 1 || nnames < 1 ||
-		nnames > MAX_TRACKED || stmt_timeout_max_ms < 100)
+	if (opts.clients < 1 || opts.clients > MAX_CLIENTS || opts.seconds < 1 || opts.names < 1 ||
+		opts.names > MAX_TRACKED || stmt_timeout_max_ms < 100)
 		usage();
 	if (ndbs == 0)
 	{
@@ -2473,12 +2378,7 @@ main(int argc, char **argv)
 		exit(2);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printed = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (printed == MAP_FAILED)
-	{
-		perror("mmap");
-		return 2;
-	}
+	printed = load_shared(sizeof(int), false);
 	signal(SIGPIPE, SIG_IGN);
 	if (verify_file)
 		return verify_snapshot(verify_file);

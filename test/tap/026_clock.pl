@@ -54,7 +54,7 @@ $SIG{PIPE} = 'IGNORE';
 my ($libfaketime) =
   grep { -e $_ } (glob('/usr/lib/*/faketime/libfaketime.so.1'),
 	'/usr/local/lib/faketime/libfaketime.so.1');
-plan skip_all => 'libfaketime is not installed (Debian package faketime; test/setup.sh installs it)'
+plan skip_all => 'libfaketime is not installed (Debian package faketime; tools/setup.sh installs it)'
   unless defined $libfaketime;
 
 my $tmp = $PostgreSQL::Test::Utils::tmp_check;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# dlock scale benchmark, run by test/bench/run.sh (make bench) after the
+# dlock scale benchmark, run by bench/run.sh (make bench) after the
 # other workloads, or on its own once dlock is installed:
 #
-#   test/bench/scale.sh <out.md> [tmpdir]
+#   bench/scale.sh <out.md> [tmpdir]
 #
 # Writes a markdown section to <out.md>:
 #   1. shared memory per lease slot: the server's total shared memory at
@@ -163,7 +163,7 @@ stop_pg
 {
   echo "## Scale: a million live leases"
   echo
-  echo "\`test/bench/scale.sh\`, its own cluster (memory-only leases, \`dlock.durable = off\`, the worker on), Unix socket."
+  echo "\`bench/scale.sh\`, its own cluster (memory-only leases, \`dlock.durable = off\`, the worker on), Unix socket."
   echo
   echo "- **Shared memory per lease slot:** $PER_SLOT bytes. The server's total shared memory"
   echo "  (\`sum(allocated_size)\` of \`pg_shmem_allocations\`) was $S_SMALL bytes at \`dlock.max_locks\` = $SMALL and"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/demo.sh (`make demo`): build and install dlock, start a throwaway
+# tools/demo.sh (`make demo`): build and install dlock, start a throwaway
 # cluster in .demo/ (unix socket only, port 55432), and walk through a short
 # scenario with two concurrent psql sessions, A (host-a) and B (host-b):
 #
@@ -19,10 +19,9 @@ set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
 
-if [[ -z "${PG_CONFIG:-}" && -x /usr/lib/postgresql/15/bin/pg_config ]]; then
-	PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-fi
-export PG_CONFIG=${PG_CONFIG:-pg_config}
+# PG_CONFIG: PostgreSQL 15's unless set
+# shellcheck source=test/lib.sh
+source "$top/test/lib.sh"
 port=${DLOCK_DEMO_PORT:-55432}
 # English messages and a locale that always exists, whatever the caller's.
 export LC_ALL=C.UTF-8 LANG=C.UTF-8
@@ -46,7 +45,7 @@ note() { printf '   %s\n' "$*"; }
 
 # ------------------------------------------------------------ build, install
 if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
-	bash "$top/test/setup.sh"
+	bash "$top/tools/setup.sh"
 fi
 heading "Building and installing dlock"
 make -s || { echo "demo: make failed" >&2; exit 1; }

@@ -304,7 +304,7 @@ $standby->stop;
 my $tmp = $PostgreSQL::Test::Utils::tmp_check;
 my $crashload = "$tmp/crashload";
 my ($mout, $merr);
-IPC::Run::run([ 'make', '-s', '-C', "$FindBin::RealBin/../crash", "O=$tmp" ],
+IPC::Run::run([ 'make', '-s', '-C', "$FindBin::RealBin/../load", "O=$tmp", 'crashload' ],
 	'>', \$mout, '2>', \$merr)
   or BAIL_OUT("could not build crashload: $mout$merr");
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/setup.sh: install the Debian packages that building, testing and
+# tools/setup.sh: install the Debian packages that building, testing and
 # benchmarking dlock need.  Idempotent: when everything is present it only
 # runs dpkg-query and exits 0 in well under a second.
 #
@@ -19,7 +19,7 @@ required=(
 	libpq-dev
 	libipc-run-perl
 	libkrb5-dev	# PostgreSQL's libpq-be.h includes the gssapi headers
-	faketime	# libfaketime: test/t/026_clock.pl steps the servers' wall clock
+	faketime	# libfaketime: test/tap/026_clock.pl steps the servers' wall clock
 )
 # Used by later tests and benchmarks; cheap, so installed as well.
 extra=(

@@ -71,13 +71,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
+
+#include "loadlib.h"
 
 #define MAX_NAMES		1024
 #define MAX_MODE_NAMES	256		/* rw-* names, and sem-* names */
@@ -88,17 +89,14 @@
 
 /* ---------- options ---------- */
 
-static const char *conninfo = "";
-static int	nclients = 16;
-static int	nnames = 8;
-static int	nexp = -1;			/* default: max(2, nnames / 2) */
-static int	duration = 15;
-static uint64_t seed = 1;
+/* -d, -c, -t, -s and -n (how many lock-* names) */
+static LoadOptions opts = {.conninfo = "", .clients = 16, .seconds = 15, .seed = 1, .names = 8};
+static int	nexp = -1;			/* default: max(2, names / 2) */
 static int	exp_pct = 15;		/* percent of operations on exp-* names */
 static bool unsafe = false;
 static bool unsafe_tokens = false;
 static bool unsafe_modes = false;
-static int	nrw = -1;			/* rw-* names; default max(2, nnames / 2) */
+static int	nrw = -1;			/* rw-* names; default max(2, names / 2) */
 static int	nsem = 1;			/* sem-* names */
 static int	permits = 3;		/* of every sem-* name */
 static int	rw_pct = 25;		/* percent of operations on rw-* names */
@@ -263,37 +261,17 @@ typedef struct Client
 	ModeHold	sem[MAX_MODE_NAMES];
 } Client;
 
-static int64_t
-now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* splitmix64: tiny, deterministic, good enough */
-static uint64_t
-rnd(Client *c)
-{
-	uint64_t	z = (c->rng += UINT64_C(0x9E3779B97F4A7C15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
+/* the client's next random number in [0, n) */
 static int
 rnd_int(Client *c, int n)
 {
-	return (int) (rnd(c) % (uint64_t) n);
+	return load_splitmix_int(&c->rng, n);
 }
 
 /* Counts a violation (or error) and prints the first few of each client. */
 static void
-report(Client *c, long *counter, const char *fmt,...)
+vreport(Client *c, long *counter, const char *fmt, va_list ap)
 {
-	va_list		ap;
 	char		msg[1024];
 	size_t		len;
 
@@ -301,14 +279,22 @@ report(Client *c, long *counter, const char *fmt,...)
 	if (c->reports++ >= MAX_REPORTS ||
 		__atomic_fetch_add(all_reports, 1, __ATOMIC_SEQ_CST) >= MAX_ALL_REPORTS)
 		return;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	len = strlen(msg);
 	while (len > 0 && msg[len - 1] == '\n')
 		msg[--len] = '\0';
 	fprintf(stderr, "c%d: %s: %s\n", c->id,
 			counter == &c->st->errors ? "ERROR" : "VIOLATION", msg);
+}
+
+static void
+report(Client *c, long *counter, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vreport(c, counter, fmt, ap);
+	va_end(ap);
 }
 
 /* ---------- libpq helpers ---------- */
@@ -318,6 +304,15 @@ typedef struct Stmt
 	const char *name;
 	const char *sql;
 } Stmt;
+
+/* the grant "call" on an exp-* name and its record, then "more" columns */
+#define EXP_GRANT(call, more) \
+	"WITH g AS (SELECT " call " AS t), " \
+	"r AS (UPDATE stress_exp e SET prev_token = e.last_token, last_token = g.t, " \
+	"grants = e.grants + 1 FROM g " \
+	"WHERE e.name = $1 AND g.t IS NOT NULL AND e.last_token <= g.t " \
+	"RETURNING e.prev_token) " \
+	"SELECT (SELECT t FROM g), (SELECT count(*) FROM r), (SELECT max(prev_token) FROM r)" more
 
 static const Stmt stmts[] = {
 	{"try", "SELECT dlock_try($1, $2::interval, $3)"},
@@ -346,28 +341,14 @@ static const Stmt stmts[] = {
 	{"rw_write_unsafe", "UPDATE stress_rw SET n = $2 WHERE name = $1 AND $3::bigint IS NOT NULL"},
 	{"span", "INSERT INTO stress_span VALUES ($1, $2, $3, $4, $5)"},
 	/* grant + record in one statement: $1 name, $2 ttl, $3 timeout, $4 owner */
-	{"exp_try",
-		"WITH g AS (SELECT dlock_try($1, $2::interval, $4) AS t), "
-		"r AS (UPDATE stress_exp e SET prev_token = e.last_token, last_token = g.t, "
-		"grants = e.grants + 1 FROM g "
-		"WHERE e.name = $1 AND g.t IS NOT NULL AND e.last_token <= g.t "
-		"RETURNING e.prev_token) "
-	"SELECT (SELECT t FROM g), (SELECT count(*) FROM r), (SELECT max(prev_token) FROM r), $3::text"},
-	{"exp_acq",
-		"WITH g AS (SELECT dlock_acquire($1, $2::interval, $3::interval, $4) AS t), "
-		"r AS (UPDATE stress_exp e SET prev_token = e.last_token, last_token = g.t, "
-		"grants = e.grants + 1 FROM g "
-		"WHERE e.name = $1 AND g.t IS NOT NULL AND e.last_token <= g.t "
-		"RETURNING e.prev_token) "
-	"SELECT (SELECT t FROM g), (SELECT count(*) FROM r), (SELECT max(prev_token) FROM r)"},
+	{"exp_try", EXP_GRANT("dlock_try($1, $2::interval, $4)", ", $3::text")},
+	{"exp_acq", EXP_GRANT("dlock_acquire($1, $2::interval, $3::interval, $4)", "")},
 };
 
 static PGconn *
 connect_db(const char *appname, bool die_on_error)
 {
-	const char *keys[] = {"dbname", "application_name", NULL};
-	const char *vals[] = {conninfo, appname, NULL};
-	PGconn	   *conn = PQconnectdbParams(keys, vals, 1);
+	PGconn	   *conn = load_connect(opts.conninfo, NULL, NULL, appname);
 	PGresult   *res;
 
 	if (PQstatus(conn) != CONNECTION_OK)
@@ -502,14 +483,6 @@ run_cancelled(Client *c, const char *stmt, int nparams, const char *const *param
 	}
 }
 
-static bool
-is_state(const PGresult *res, const char *state)
-{
-	const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-	return s != NULL && strcmp(s, state) == 0;
-}
-
 /* A probe that must fail with SQLSTATE state. */
 static void
 expect_state(Client *c, PGconn *conn, const char *stmt, int nparams,
@@ -522,7 +495,7 @@ expect_state(Client *c, PGconn *conn, const char *stmt, int nparams,
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		report(c, &c->st->probe_fail, "%s on %s returned %s instead of failing with SQLSTATE %s",
 			   what, params[0], PQgetisnull(res, 0, 0) ? "NULL" : PQgetvalue(res, 0, 0), state);
-	else if (!is_state(res, state))
+	else if (!load_is_state(res, state))
 		report(c, &c->st->probe_fail, "%s on %s did not fail with SQLSTATE %s: %s",
 			   what, params[0], state, PQerrorMessage(conn));
 	PQclear(res);
@@ -545,6 +518,36 @@ run_simple(Client *c, const char *sql)
 }
 
 /* ---------- checks shared by both kinds of name ---------- */
+
+/*
+ * After a wait that was cancelled, refused or timed out we must not hold
+ * name: renewing it must fail.  If it does not, reports fmt and releases
+ * the lease.  False if a call failed.
+ */
+static bool
+holds_not(Client *c, const char *name, const char *fmt,...)
+{
+	const char *p[3] = {name, "1 s", c->owner};
+	bool		isnull;
+	int64_t		v;
+
+	if (!run_int(c, c->conn, "renew", 3, p, &isnull, &v))
+		return false;
+	c->st->ops++;
+	c->st->renews++;
+	if (!isnull)
+	{
+		va_list		ap;
+
+		va_start(ap, fmt);
+		vreport(c, &c->st->lease_lost, fmt, ap);
+		va_end(ap);
+		p[1] = c->owner;
+		p[2] = NULL;
+		(void) run_int(c, c->conn, "rel", 3, p, &isnull, &v);
+	}
+	return true;
+}
 
 static void
 check_new_token(Client *c, const char *name, int64_t token)
@@ -604,7 +607,7 @@ exp_op(Client *c)
 	 * Re-trying our own live lease extends it; done every time, one client
 	 * would keep a name forever and nothing would expire.  Mostly leave it.
 	 */
-	if (s->token != 0 && now_us() < s->hi_expiry + SLACK_US && rnd_int(c, 8) != 0)
+	if (s->token != 0 && load_now_us() < s->hi_expiry + SLACK_US && rnd_int(c, 8) != 0)
 	{
 		c->st->exp_skips++;
 		return false;
@@ -618,9 +621,9 @@ exp_op(Client *c)
 	params[2] = tmo;
 	params[3] = c->owner;
 
-	t0 = now_us();
+	t0 = load_now_us();
 	res = run(c, c->conn, use_acq ? "exp_acq" : "exp_try", 4, params);
-	t1 = now_us();
+	t1 = load_now_us();
 	if (res == NULL)
 		return true;
 	c->st->ops++;
@@ -656,10 +659,10 @@ exp_op(Client *c)
 				   name, s->token, (s->lo_expiry - t1) / 1000.0);
 		return true;
 	}
-	token = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-	updated = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	token = load_int64(res, 0, 0);
+	updated = load_int64(res, 0, 1);
 	if (!PQgetisnull(res, 0, 2))
-		old_last = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+		old_last = load_int64(res, 0, 2);
 	PQclear(res);
 
 	is_new = token != s->token;
@@ -711,13 +714,6 @@ exp_op(Client *c)
 
 /* ---------- main names: the critical section ---------- */
 
-static const char *
-i64(char *buf, int64_t v)
-{
-	sprintf(buf, "%" PRId64, v);
-	return buf;
-}
-
 /* Which connection acts for the holder: sometimes the second one. */
 static PGconn *
 holder_conn(Client *c, bool *second)
@@ -744,14 +740,22 @@ lease_lost(Client *c, Hold *h, const char *what, int64_t t0)
 			   what, h->name, h->token, (t0 - h->granted) / 1000.0, h->ttl_ms);
 }
 
-/* Probes made while holding: all must be refused, or be idempotent. */
 /*
- * The holder took its own lease again: it must get the same token, and
- * its lease now lasts from the call's start.
+ * The holder takes its own lease again (statement stmt, parameters p),
+ * through either of its connections: it must get the same token, and its
+ * lease then lasts from the call's start.
  */
 static void
-retry_result(Client *c, Hold *h, bool second, int64_t t0, bool isnull, int64_t v)
+holder_retry(Client *c, Hold *h, const char *stmt, int nparams, const char *const *p)
 {
+	bool		second,
+				isnull;
+	PGconn	   *conn = holder_conn(c, &second);
+	int64_t		v,
+				t0 = load_now_us();
+
+	if (!run_int(c, conn, stmt, nparams, p, &isnull, &v))
+		return;
 	c->st->ops++;
 	c->st->tries++;
 	c->st->retries++;
@@ -768,17 +772,33 @@ retry_result(Client *c, Hold *h, bool second, int64_t t0, bool isnull, int64_t v
 		h->lo_expiry = t0 + (int64_t) h->ttl_ms * 1000;
 }
 
+/* Our release with a wrong token must fail; false if the call did. */
+static bool
+wrong_token_release(Client *c, Hold *h)
+{
+	char		tok[32];
+	const char *p[3] = {h->name, c->owner,
+	load_i64(tok, rnd_int(c, 2) ? h->token + 1 : h->token - 1)};
+	bool		isnull;
+	int64_t		v;
+
+	if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
+		return false;
+	if (isnull || v)
+		report(c, &c->st->probe_fail,
+			   "release of %s with wrong token %s succeeded (held token %" PRId64 ")",
+			   h->name, tok, h->token);
+	return true;
+}
+
+/* Probes made while holding: all must be refused, or be idempotent. */
 static void
 probe(Client *c, Hold *h)
 {
-	char		ttl[32],
-				tok[32];
+	char		ttl[32];
 	const char *p[3];
-	bool		isnull,
-				second;
-	int64_t		v,
-				t0;
-	PGconn	   *conn;
+	bool		isnull;
+	int64_t		v;
 
 	snprintf(ttl, sizeof(ttl), "%d ms", h->ttl_ms);
 	switch (rnd_int(c, 6))
@@ -815,25 +835,14 @@ probe(Client *c, Hold *h)
 					   c->intruder, h->name, c->owner);
 			break;
 		case 3:					/* our release with a wrong token */
-			p[0] = h->name;
-			p[1] = c->owner;
-			p[2] = i64(tok, rnd_int(c, 2) ? h->token + 1 : h->token - 1);
-			if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
+			if (!wrong_token_release(c, h))
 				return;
-			if (isnull || v)
-				report(c, &c->st->probe_fail,
-					   "release of %s with wrong token %s succeeded (held token %" PRId64 ")",
-					   h->name, tok, h->token);
 			break;
 		default:				/* re-try by the holder, maybe via conn2 */
-			conn = holder_conn(c, &second);
 			p[0] = h->name;
 			p[1] = ttl;
 			p[2] = c->owner;
-			t0 = now_us();
-			if (!run_int(c, conn, "try", 3, p, &isnull, &v))
-				return;
-			retry_result(c, h, second, t0, isnull, v);
+			holder_retry(c, h, "try", 3, p);
 			return;
 	}
 	c->st->ops++;
@@ -856,7 +865,7 @@ renew(Client *c, Hold *h)
 	p[0] = h->name;
 	p[1] = ttl;
 	p[2] = c->owner;
-	t0 = now_us();
+	t0 = load_now_us();
 	if (!run_int(c, conn, "renew", 3, p, &isnull, &v))
 		return;
 	c->st->ops++;
@@ -874,7 +883,7 @@ critical_section(Client *c, int i, Hold *h)
 				tbuf[32],
 				busy[32];
 	const char *p[3];
-	int64_t		t0 = now_us(),
+	int64_t		t0 = load_now_us(),
 				n,
 				write_token;
 	bool		isnull,
@@ -884,9 +893,9 @@ critical_section(Client *c, int i, Hold *h)
 
 	c->st->sections++;
 	if (unsafe)
-		i64(busy, ++c->fake_busy);
+		load_i64(busy, ++c->fake_busy);
 	else
-		i64(busy, h->token);
+		load_i64(busy, h->token);
 	write_token = unsafe_tokens ? c->prev_grant : h->token;
 
 	p[0] = h->name;
@@ -912,8 +921,8 @@ critical_section(Client *c, int i, Hold *h)
 		/* widen the read-to-write window now and then */
 		if (rnd_int(c, 3) == 0)
 			usleep(rnd_int(c, 1000));
-		p[1] = i64(nbuf, n + 1);
-		p[2] = i64(tbuf, write_token);
+		p[1] = load_i64(nbuf, n + 1);
+		p[2] = load_i64(tbuf, write_token);
 		rows = run_cmd(c, c->conn,
 					   unsafe ? "write_unsafe" : step == 0 ? "write_first" : "write_next",
 					   3, p);
@@ -940,7 +949,7 @@ critical_section(Client *c, int i, Hold *h)
 				   h->name);
 	}
 	{
-		double		ms = (now_us() - t0) / 1000.0;
+		double		ms = (load_now_us() - t0) / 1000.0;
 
 		if (ms > c->st->max_section_ms)
 			c->st->max_section_ms = ms;
@@ -950,7 +959,7 @@ critical_section(Client *c, int i, Hold *h)
 static void
 main_op(Client *c)
 {
-	int			i = rnd_int(c, nnames);
+	int			i = rnd_int(c, opts.names);
 	int			mode = rnd_int(c, 100);
 	int			timeout_ms = rnd_int(c, 201);
 	bool		cancel = chaos && rnd_int(c, 50) == 0;
@@ -983,7 +992,7 @@ main_op(Client *c)
 
 	p[0] = name;
 	p[1] = ttl;
-	t0 = now_us();
+	t0 = load_now_us();
 	if (cancel)
 	{
 		/*
@@ -1002,13 +1011,13 @@ main_op(Client *c)
 		c->st->acquires++;
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && !PQgetisnull(res, 0, 0))
 		{
-			v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+			v = load_int64(res, 0, 0);
 			PQclear(res);
 			c->st->cancel_grants++;
-			t1 = now_us();
+			t1 = load_now_us();
 			goto granted;
 		}
-		if (PQresultStatus(res) == PGRES_TUPLES_OK || !is_state(res, "57014"))
+		if (PQresultStatus(res) == PGRES_TUPLES_OK || !load_is_state(res, "57014"))
 		{
 			report(c, &c->st->errors, "acquire of %s ended by statement_timeout: %s",
 				   name, PQresultStatus(res) == PGRES_TUPLES_OK ? "returned NULL" : PQerrorMessage(c->conn));
@@ -1018,20 +1027,8 @@ main_op(Client *c)
 		}
 		PQclear(res);
 		c->st->cancels++;
-		p[1] = "1 s";
-		p[2] = c->owner;
-		if (!run_int(c, c->conn, "renew", 3, p, &isnull, &v))
-			return;
-		c->st->ops++;
-		c->st->renews++;
-		if (!isnull)
-		{
-			report(c, &c->st->lease_lost,
-				   "a cancelled acquire of %s left us holding it (renew succeeded): ENGINE BUG", name);
-			p[1] = c->owner;
-			p[2] = NULL;
-			(void) run_int(c, c->conn, "rel", 3, p, &isnull, &v);
-		}
+		(void) holds_not(c, name,
+						 "a cancelled acquire of %s left us holding it (renew succeeded): ENGINE BUG", name);
 		return;
 	}
 	if (mode < 40)
@@ -1051,7 +1048,7 @@ main_op(Client *c)
 		if (mode >= 95)
 			c->st->acq_nolimit++;
 	}
-	t1 = now_us();
+	t1 = load_now_us();
 	c->st->ops++;
 	ms = (t1 - t0) / 1000.0;
 	if (isnull)
@@ -1094,8 +1091,8 @@ granted:
 	conn = holder_conn(c, &second);
 	p[0] = name;
 	p[1] = c->owner;
-	p[2] = rnd_int(c, 10) == 0 ? NULL : i64(tok, h.token);
-	t0 = now_us();
+	p[2] = rnd_int(c, 10) == 0 ? NULL : load_i64(tok, h.token);
+	t0 = load_now_us();
 	if (!run_int(c, conn, "rel", 3, p, &isnull, &v))
 		return;
 	c->st->ops++;
@@ -1105,7 +1102,7 @@ granted:
 	else if (rnd_int(c, 10) == 0)
 	{
 		/* a second release of the same lease must fail */
-		p[2] = i64(tok, h.token);
+		p[2] = load_i64(tok, h.token);
 		if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
 			return;
 		c->st->ops++;
@@ -1130,7 +1127,7 @@ disconnect_op(Client *c)
 	const char *p[2];
 	PGconn	   *dc;
 
-	snprintf(name, sizeof(name), "lock-%d", rnd_int(c, nnames));
+	snprintf(name, sizeof(name), "lock-%d", rnd_int(c, opts.names));
 	snprintf(owner, sizeof(owner), "d%d", c->id);
 	snprintf(app, sizeof(app), "dlock_stress d%d", c->id);
 	dc = connect_db(app, false);
@@ -1279,8 +1276,8 @@ rw_read(Client *c, ModeHold *m, int64_t *n, int64_t *lt)
 
 	if (res == NULL)
 		return false;
-	*n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-	*lt = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	*n = load_int64(res, 0, 0);
+	*lt = load_int64(res, 0, 1);
 	PQclear(res);
 	return true;
 }
@@ -1294,8 +1291,8 @@ rw_write(Client *c, ModeHold *m)
 	int			rows;
 
 	p[0] = m->h.name;
-	p[1] = i64(nbuf, m->n_read + 1);
-	p[2] = i64(tbuf, m->h.token);
+	p[1] = load_i64(nbuf, m->n_read + 1);
+	p[2] = load_i64(tbuf, m->h.token);
 	rows = run_cmd(c, c->conn,
 				   m->h.token == 0 ? "rw_write_unsafe" : m->wrote ? "rw_write_next" : "rw_write_first",
 				   3, p);
@@ -1340,17 +1337,17 @@ mode_step(Client *c, ModeHold **hs, int nh)
 		if (m->h.token == 0)
 			continue;			/* --unsafe-modes: no lease */
 		p[0] = m->h.name;
-		p[1] = i64(tbuf, m->h.token);
-		f0 = now_us();
+		p[1] = load_i64(tbuf, m->h.token);
+		f0 = load_now_us();
 		res = PQexecPrepared(c->conn, "fence", 2, p, NULL, NULL, 0);
-		f1 = now_us();
+		f1 = load_now_us();
 		c->st->ops++;
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		{
 			PQclear(res);
 			continue;
 		}
-		refused = is_state(res, "DL001");
+		refused = load_is_state(res, "DL001");
 		if (!refused)
 		{
 			report(c, &c->st->errors, "dlock_fence on %s: %s", m->h.name, PQerrorMessage(c->conn));
@@ -1364,7 +1361,7 @@ mode_step(Client *c, ModeHold **hs, int nh)
 	}
 
 	/* every lease stays live from here until COMMIT */
-	t_in = now_us();
+	t_in = load_now_us();
 	for (int i = 0; i < nh; i++)
 		board_enter(c, hs[i]);
 	for (int pass = 0; pass < 2 && !c->fatal; pass++)
@@ -1394,7 +1391,7 @@ mode_step(Client *c, ModeHold **hs, int nh)
 			}
 		}
 	}
-	t_out = now_us();
+	t_out = load_now_us();
 	for (int i = 0; i < nh; i++)
 		board_leave(hs[i]);
 	if (c->fatal)
@@ -1405,17 +1402,17 @@ mode_step(Client *c, ModeHold **hs, int nh)
 		ModeHold   *m = hs[i];
 
 		p[0] = m->h.name;
-		p[1] = i64(tbuf, m->h.token);
+		p[1] = load_i64(tbuf, m->h.token);
 		p[2] = m->sem ? "p" : m->excl ? "w" : "r";
-		p[3] = i64(inbuf, t_in);
-		p[4] = i64(outbuf, t_out);
+		p[3] = load_i64(inbuf, t_in);
+		p[4] = load_i64(outbuf, t_out);
 		if (run_cmd(c, c->conn, "span", 5, p) < 0)
 			return -1;
 	}
 	if (!run_simple(c, "COMMIT"))
 		return -1;
 	c->st->steps++;
-	t_out = now_us();
+	t_out = load_now_us();
 	for (int i = 0; i < nh; i++)
 	{
 		ModeHold   *m = hs[i];
@@ -1439,15 +1436,11 @@ mode_probe(Client *c, ModeHold *m)
 {
 	Hold	   *h = &m->h;
 	char		ttl[32],
-				tok[32],
 				perm[16],
 				other[16];
 	const char *p[5];
-	bool		isnull,
-				second;
-	int64_t		v,
-				t0;
-	PGconn	   *conn;
+	bool		isnull;
+	int64_t		v;
 
 	snprintf(ttl, sizeof(ttl), "%d ms", h->ttl_ms);
 	snprintf(perm, sizeof(perm), "%d", permits);
@@ -1482,25 +1475,15 @@ mode_probe(Client *c, ModeHold *m)
 						 m->sem ? "the holder's try without permits" : "the holder's try in the other mode");
 			return;
 		case 2:					/* our release with a wrong token */
-			p[1] = c->owner;
-			p[2] = i64(tok, rnd_int(c, 2) ? h->token + 1 : h->token - 1);
-			if (!run_int(c, c->conn, "rel", 3, p, &isnull, &v))
+			if (!wrong_token_release(c, h))
 				return;
-			if (isnull || v)
-				report(c, &c->st->probe_fail,
-					   "release of %s with wrong token %s succeeded (held token %" PRId64 ")",
-					   h->name, tok, h->token);
 			break;
 		default:				/* re-try by the holder, maybe via conn2 */
-			conn = holder_conn(c, &second);
 			p[1] = ttl;
 			p[2] = c->owner;
 			p[3] = !m->sem && !m->excl ? "shared" : "exclusive";
 			p[4] = m->sem ? perm : NULL;
-			t0 = now_us();
-			if (!run_int(c, conn, "m_try", 5, p, &isnull, &v))
-				return;
-			retry_result(c, h, second, t0, isnull, v);
+			holder_retry(c, h, "m_try", 5, p);
 			return;
 	}
 	c->st->ops++;
@@ -1516,7 +1499,7 @@ static void
 mode_section(Client *c, ModeHold *m)
 {
 	int			steps = 1 + rnd_int(c, m->leak ? 4 : 3);
-	int64_t		t0 = now_us();
+	int64_t		t0 = load_now_us();
 	double		ms;
 
 	for (int s = 0; s < steps && !c->fatal; s++)
@@ -1533,7 +1516,7 @@ mode_section(Client *c, ModeHold *m)
 		if (c->fatal || mode_step(c, &m, 1) <= 0)
 			break;
 	}
-	ms = (now_us() - t0) / 1000.0;
+	ms = (load_now_us() - t0) / 1000.0;
 	if (!m->leak && ms > c->st->max_section_ms)
 		c->st->max_section_ms = ms;
 }
@@ -1582,7 +1565,7 @@ mode_op(Client *c, bool sem)
 	ttl_ms = leak ? 20 + rnd_int(c, 81) : 3000 + rnd_int(c, 5001);
 	ttl_us = (int64_t) ttl_ms * 1000;
 
-	if (leak_maybe_live(m, now_us()))
+	if (leak_maybe_live(m, load_now_us()))
 	{
 		/*
 		 * Re-taking our own live lease extends it; done every time, nothing
@@ -1612,7 +1595,7 @@ mode_op(Client *c, bool sem)
 	snprintf(perm, sizeof(perm), "%d", permits);
 	p[0] = m->h.name;
 	p[1] = ttl;
-	t0 = now_us();
+	t0 = load_now_us();
 	if (how < 40)
 	{
 		p[2] = c->owner;
@@ -1634,7 +1617,7 @@ mode_op(Client *c, bool sem)
 		if (how >= 95)
 			c->st->acq_nolimit++;
 	}
-	t1 = now_us();
+	t1 = load_now_us();
 	c->st->ops++;
 	ms = (t1 - t0) / 1000.0;
 	if (how < 40 && ms > c->st->max_try_ms)
@@ -1714,8 +1697,8 @@ mode_op(Client *c, bool sem)
 	conn = holder_conn(c, &second);
 	p[0] = m->h.name;
 	p[1] = c->owner;
-	p[2] = rnd_int(c, 10) == 0 ? NULL : i64(tok, m->h.token);
-	t0 = now_us();
+	p[2] = rnd_int(c, 10) == 0 ? NULL : load_i64(tok, m->h.token);
+	t0 = load_now_us();
 	if (!run_int(c, conn, "rel", 3, p, &isnull, &v))
 		return true;
 	c->st->ops++;
@@ -1784,24 +1767,9 @@ static void
 multi_holds_none(Client *c, char (*names)[32], int n, const char *arr, const char *how)
 {
 	for (int j = 0; j < n && !c->fatal; j++)
-	{
-		const char *p[3] = {names[j], "1 s", c->owner};
-		bool		isnull;
-		int64_t		v;
-
-		if (!run_int(c, c->conn, "renew", 3, p, &isnull, &v))
+		if (!holds_not(c, names[j], "%s %s left us holding %s (renew succeeded): ENGINE BUG",
+					   how, arr, names[j]))
 			return;
-		c->st->ops++;
-		c->st->renews++;
-		if (!isnull)
-		{
-			report(c, &c->st->lease_lost, "%s %s left us holding %s (renew succeeded): ENGINE BUG",
-				   how, arr, names[j]);
-			p[1] = c->owner;
-			p[2] = NULL;
-			(void) run_int(c, c->conn, "rel", 3, p, &isnull, &v);
-		}
-	}
 }
 
 /*
@@ -1816,7 +1784,7 @@ static bool
 multi_op(Client *c)
 {
 	bool		excl = nrw < 2 || rnd_int(c, 100) < 60;
-	int			pool = excl && !unsafe_modes ? nrw + nnames : nrw;
+	int			pool = excl && !unsafe_modes ? nrw + opts.names : nrw;
 	int			want = 2 + rnd_int(c, 2);
 	int			how = rnd_int(c, 100);
 	int			timeout_ms = 1000 + rnd_int(c, 2001);
@@ -1853,7 +1821,7 @@ multi_op(Client *c)
 
 	if (pool < 2)
 		return false;
-	t0 = now_us();
+	t0 = load_now_us();
 	for (int tries = 0; npick < want && tries < 20; tries++)
 	{
 		int			x = rnd_int(c, pool);
@@ -1897,7 +1865,7 @@ multi_op(Client *c)
 	c->st->multi_calls++;
 	if (!excl)
 		c->st->multi_shared++;
-	t0 = now_us();
+	t0 = load_now_us();
 	if (cancel)
 	{
 		/* an unlimited wait ended by statement_timeout leaves us nothing */
@@ -1911,7 +1879,7 @@ multi_op(Client *c)
 		{
 			c->st->ops++;
 			c->st->multi_acquires++;
-			if (!is_state(res, "57014"))
+			if (!load_is_state(res, "57014"))
 			{
 				report(c, &c->st->errors, "dlock_acquire_all of %s ended by statement_timeout: %s",
 					   arr, PQerrorMessage(c->conn));
@@ -1940,7 +1908,7 @@ multi_op(Client *c)
 	}
 	if (res == NULL)
 		return true;
-	t1 = now_us();
+	t1 = load_now_us();
 	c->st->ops++;
 	ms = (t1 - t0) / 1000.0;
 	if (cancel || how >= 40)
@@ -2053,7 +2021,7 @@ multi_op(Client *c)
 	conn = holder_conn(c, &second);
 	p[0] = arr;
 	p[1] = c->owner;
-	t0 = now_us();
+	t0 = load_now_us();
 	if (!run_int(c, conn, "rel_all", 2, p, &isnull, &v))
 		return true;
 	c->st->ops++;
@@ -2088,7 +2056,7 @@ client_main(int id, int start_fd)
 		mode_init(&c->rw[j], false, j);
 		mode_init(&c->sem[j], true, j);
 	}
-	c->rng = seed ^ ((uint64_t) (id + 1) * UINT64_C(0xD1B54A32D192ED03));
+	c->rng = opts.seed ^ ((uint64_t) (id + 1) * UINT64_C(0xD1B54A32D192ED03));
 	c->fake_busy = (int64_t) (id + 1) << 32;
 	snprintf(c->owner, sizeof(c->owner), "c%d", id);
 	snprintf(c->intruder, sizeof(c->intruder), "x%d", id);
@@ -2107,8 +2075,8 @@ client_main(int id, int start_fd)
 	/* wait for the parent to open the gate (EOF on the pipe) */
 	while (read(start_fd, &buf, 1) < 0 && errno == EINTR)
 		;
-	end = now_us() + (int64_t) duration * 1000000;
-	while (!c->fatal && now_us() < end)
+	end = load_now_us() + (int64_t) opts.seconds * 1000000;
+	while (!c->fatal && load_now_us() < end)
 	{
 		int			r = rnd_int(c, 1000);
 
@@ -2132,20 +2100,6 @@ client_main(int id, int start_fd)
 
 /* ---------- the parent: setup, run, check ---------- */
 
-static PGresult *
-must(PGconn *conn, const char *sql)
-{
-	PGresult   *res = PQexec(conn, sql);
-	ExecStatusType s = PQresultStatus(res);
-
-	if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
-	{
-		fprintf(stderr, "setup/check query failed: %s\n%s", sql, PQerrorMessage(conn));
-		exit(2);
-	}
-	return res;
-}
-
 static void
 setup(PGconn *conn)
 {
@@ -2153,45 +2107,45 @@ setup(PGconn *conn)
 	PGresult   *res;
 	int64_t		deadline;
 
-	PQclear(must(conn, "SET client_min_messages = warning"));
-	res = must(conn, "SELECT 1 FROM pg_extension WHERE extname = 'dlock'");
+	PQclear(load_must(conn, "SET client_min_messages = warning"));
+	res = load_must(conn, "SELECT 1 FROM pg_extension WHERE extname = 'dlock'");
 	if (PQntuples(res) != 1)
 	{
 		fprintf(stderr, "extension dlock is not installed in this database (CREATE EXTENSION dlock)\n");
 		exit(2);
 	}
 	PQclear(res);
-	PQclear(must(conn, "DROP TABLE IF EXISTS stress_counter, stress_exp, stress_rw, stress_span"));
-	PQclear(must(conn, "CREATE TABLE stress_counter (name text PRIMARY KEY, "
+	PQclear(load_must(conn, "DROP TABLE IF EXISTS stress_counter, stress_exp, stress_rw, stress_span"));
+	PQclear(load_must(conn, "CREATE TABLE stress_counter (name text PRIMARY KEY, "
 				 "n bigint NOT NULL DEFAULT 0, last_token bigint NOT NULL DEFAULT 0, "
 				 "busy bigint NOT NULL DEFAULT 0)"));
-	PQclear(must(conn, "CREATE TABLE stress_exp (name text PRIMARY KEY, "
+	PQclear(load_must(conn, "CREATE TABLE stress_exp (name text PRIMARY KEY, "
 				 "last_token bigint NOT NULL DEFAULT 0, prev_token bigint NOT NULL DEFAULT 0, "
 				 "grants bigint NOT NULL DEFAULT 0)"));
-	PQclear(must(conn, "CREATE TABLE stress_rw (name text PRIMARY KEY, "
+	PQclear(load_must(conn, "CREATE TABLE stress_rw (name text PRIMARY KEY, "
 				 "n bigint NOT NULL DEFAULT 0, last_token bigint NOT NULL DEFAULT 0)"));
 	/* kind: r reader, w writer, p semaphore holder; times on our clock, us */
-	PQclear(must(conn, "CREATE UNLOGGED TABLE stress_span (name text NOT NULL, "
+	PQclear(load_must(conn, "CREATE UNLOGGED TABLE stress_span (name text NOT NULL, "
 				 "token bigint NOT NULL, kind text NOT NULL, "
 				 "t_in bigint NOT NULL, t_out bigint NOT NULL)"));
 	snprintf(sql, sizeof(sql),
 			 "INSERT INTO stress_rw (name) SELECT 'rw-' || i FROM generate_series(0, %d) i",
 			 nrw - 1);
-	PQclear(must(conn, sql));
+	PQclear(load_must(conn, sql));
 	snprintf(sql, sizeof(sql),
 			 "INSERT INTO stress_counter (name) SELECT 'lock-' || i FROM generate_series(0, %d) i",
-			 nnames - 1);
-	PQclear(must(conn, sql));
+			 opts.names - 1);
+	PQclear(load_must(conn, sql));
 	snprintf(sql, sizeof(sql),
 			 "INSERT INTO stress_exp (name) SELECT 'exp-' || i FROM generate_series(0, %d) i",
 			 nexp - 1);
-	PQclear(must(conn, sql));
+	PQclear(load_must(conn, sql));
 
 	/* leases left by an earlier run must expire first */
-	deadline = now_us() + 10 * 1000000;
+	deadline = load_now_us() + 10 * 1000000;
 	for (;;)
 	{
-		res = must(conn, "SELECT count(*) FROM dlock_locks "
+		res = load_must(conn, "SELECT count(*) FROM dlock_locks "
 				   "WHERE name ~ '^(lock|exp|rw|sem)-[0-9]+$'");
 		if (strcmp(PQgetvalue(res, 0, 0), "0") == 0)
 		{
@@ -2199,7 +2153,7 @@ setup(PGconn *conn)
 			break;
 		}
 		PQclear(res);
-		if (now_us() > deadline)
+		if (load_now_us() > deadline)
 		{
 			fprintf(stderr, "leases on lock-* / exp-* / rw-* / sem-* names are still held; not starting\n");
 			exit(2);
@@ -2208,10 +2162,85 @@ setup(PGconn *conn)
 	}
 
 	/* the token sequence so far: every grant of the run must be above it */
-	res = must(conn, "SELECT dlock_try('stress-baseline', '1 s', 'probe')");
-	baseline_token = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	res = load_must(conn, "SELECT dlock_try('stress-baseline', '1 s', 'probe')");
+	baseline_token = load_int64(res, 0, 0);
 	PQclear(res);
-	PQclear(must(conn, "SELECT dlock_release('stress-baseline', 'probe')"));
+	PQclear(load_must(conn, "SELECT dlock_release('stress-baseline', 'probe')"));
+}
+
+/*
+ * Every increment the clients counted per name (incr, by the number after
+ * prefix) is in the table that sql reads (name, n[, busy]): fewer are lost
+ * updates (returned), more phantom ones (added to *phantom).  A busy flag
+ * left set, unless a client hung, adds to *check_viol.
+ */
+static long
+check_counts(PGconn *conn, const char *sql, const char *prefix, const int64_t *incr,
+			 const char *who, bool hung, long *phantom, long *check_viol)
+{
+	PGresult   *res = load_must(conn, sql);
+	long		lost = 0;
+
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		const char *nm = PQgetvalue(res, r, 0);
+		int			k = atoi(nm + strlen(prefix));
+		int64_t		n = load_int64(res, r, 1);
+		int64_t		busy = PQnfields(res) > 2 ? load_int64(res, r, 2) : 0;
+
+		if (n < incr[k])
+		{
+			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but %s made %" PRId64
+					" increments: %" PRId64 " lost updates\n", nm, n, who, incr[k], incr[k] - n);
+			lost += incr[k] - n;
+		}
+		else if (n > incr[k])
+		{
+			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but %s made only %" PRId64 "\n",
+					nm, n, who, incr[k]);
+			*phantom += n - incr[k];
+		}
+		if (busy != 0 && !hung)
+		{
+			fprintf(stderr, "VIOLATION: %s: busy flag %" PRId64 " left set\n", nm, busy);
+			(*check_viol)++;
+		}
+	}
+	PQclear(res);
+	return lost;
+}
+
+/*
+ * What sql finds (four columns) was left behind: each row is printed with
+ * fmt, and the rows are counted.  While there are any, sql runs again every
+ * 100 ms, up to retries times.
+ */
+static long
+left_behind(PGconn *conn, const char *sql, int retries, const char *fmt)
+{
+	PGresult   *res;
+	long		n;
+
+	for (int tries = 0;; tries++)
+	{
+		res = load_must(conn, sql);
+		if (PQntuples(res) == 0 || tries == retries)
+			break;
+		PQclear(res);
+		usleep(100000);
+	}
+	for (int r = 0; r < PQntuples(res); r++)
+		fprintf(stderr, fmt, PQgetvalue(res, r, 0), PQgetvalue(res, r, 1), PQgetvalue(res, r, 2),
+				PQgetvalue(res, r, 3));
+	n = PQntuples(res);
+	PQclear(res);
+	return n;
+}
+
+static void
+report_hang(int i, pid_t pid)
+{
+	fprintf(stderr, "c%d: HANG: still running 30 s after the end; killing pid %d\n", i, (int) pid);
 }
 
 static void
@@ -2245,13 +2274,9 @@ int
 main(int argc, char **argv)
 {
 	static struct option longopts[] = {
-		{"conninfo", required_argument, NULL, 'd'},
-		{"clients", required_argument, NULL, 'c'},
-		{"names", required_argument, NULL, 'n'},
+		LOAD_LONG_OPTIONS,
 		{"exp-names", required_argument, NULL, 'e'},
 		{"exp-pct", required_argument, NULL, 'p'},
-		{"duration", required_argument, NULL, 't'},
-		{"seed", required_argument, NULL, 's'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"unsafe", no_argument, NULL, 1},
 		{"unsafe-tokens", no_argument, NULL, 2},
@@ -2270,10 +2295,8 @@ main(int argc, char **argv)
 	int			gate[2];
 	pid_t		pids[MAX_CLIENTS];
 	int			status[MAX_CLIENTS];
-	int			running;
 	int64_t		t_start,
-				t_end,
-				deadline;
+				t_end;
 	PGconn	   *conn;
 	PGresult   *res;
 	Stats		tot;
@@ -2288,30 +2311,16 @@ main(int argc, char **argv)
 	int			span_sem_max = 0;
 	double		secs;
 
+	load_must_fmt = "setup/check query failed: %s\n%s";
 	while ((opt = getopt_long(argc, argv, "d:c:n:e:p:t:s:r:m:vh", longopts, NULL)) != -1)
 	{
 		switch (opt)
 		{
-			case 'd':
-				conninfo = optarg;
-				break;
-			case 'c':
-				nclients = atoi(optarg);
-				break;
-			case 'n':
-				nnames = atoi(optarg);
-				break;
 			case 'e':
 				nexp = atoi(optarg);
 				break;
 			case 'p':
 				exp_pct = atoi(optarg);
-				break;
-			case 't':
-				duration = atoi(optarg);
-				break;
-			case 's':
-				seed = strtoull(optarg, NULL, 10);
 				break;
 			case 'v':
 				verbose = true;
@@ -2347,17 +2356,18 @@ main(int argc, char **argv)
 				unsafe_modes = true;
 				break;
 			default:
-				usage(argv[0]);
+				if (!load_option(&opts, opt, optarg))
+					usage(argv[0]);
 		}
 	}
 	if (optind < argc)
 		usage(argv[0]);
 	if (nexp < 0)
-		nexp = nnames / 2 < 2 ? 2 : nnames / 2;
+		nexp = opts.names / 2 < 2 ? 2 : opts.names / 2;
 	if (nrw < 0)
-		nrw = nnames / 2 < 2 ? 2 : nnames / 2;
-	if (nclients < 1 || nclients > MAX_CLIENTS || nnames < 1 || nnames > MAX_NAMES ||
-		nexp < 1 || nexp > MAX_NAMES || duration < 1 || exp_pct < 0 ||
+		nrw = opts.names / 2 < 2 ? 2 : opts.names / 2;
+	if (opts.clients < 1 || opts.clients > MAX_CLIENTS || opts.names < 1 || opts.names > MAX_NAMES ||
+		nexp < 1 || nexp > MAX_NAMES || opts.seconds < 1 || exp_pct < 0 ||
 		nrw > MAX_MODE_NAMES || nsem < 0 || nsem > MAX_MODE_NAMES || permits < 1 ||
 		rw_pct < 0 || sem_pct < 0 || multi_pct < 0 ||
 		exp_pct + rw_pct + sem_pct + multi_pct > 100)
@@ -2369,30 +2379,17 @@ main(int argc, char **argv)
 		exit(2);
 	}
 
-	results = mmap(NULL, sizeof(Stats) * nclients + sizeof(Board), PROT_READ | PROT_WRITE,
-				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (results == MAP_FAILED)
-	{
-		perror("mmap");
-		exit(2);
-	}
-	memset(results, 0, sizeof(Stats) * nclients + sizeof(Board));
-	board = (Board *) &results[nclients];
+	results = load_shared(sizeof(Stats) * opts.clients + sizeof(Board), false);
+	board = (Board *) &results[opts.clients];
 	all_reports = &board->reports;
-	token_seen = mmap(NULL, TOKEN_BITS / 8, PROT_READ | PROT_WRITE,
-					  MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (token_seen == MAP_FAILED)
-	{
-		perror("mmap");
-		exit(2);
-	}
+	token_seen = load_shared(TOKEN_BITS / 8, true);
 
 	conn = connect_db("dlock_stress checker", true);
 	setup(conn);
 
 	printf("dlock_stress: %d clients (%d with a second connection per owner), %d names + %d exp names, "
 		   "%d rw names, %d sem names of %d permits, %d s, seed %" PRIu64 "%s%s%s\n",
-		   nclients, (nclients + 2) / 4, nnames, nexp, nrw, nsem, permits, duration, seed,
+		   opts.clients, (opts.clients + 2) / 4, opts.names, nexp, nrw, nsem, permits, opts.seconds, opts.seed,
 		   unsafe ? ", UNSAFE (no lock)" : "", unsafe_tokens ? ", UNSAFE-TOKENS (stale tokens)" : "",
 		   unsafe_modes ? ", UNSAFE-MODES (writers and semaphore holders skip the lock)" : "");
 	fflush(stdout);
@@ -2402,7 +2399,7 @@ main(int argc, char **argv)
 		perror("pipe");
 		exit(2);
 	}
-	for (int i = 0; i < nclients; i++)
+	for (int i = 0; i < opts.clients; i++)
 	{
 		pids[i] = fork();
 		if (pids[i] < 0)
@@ -2416,50 +2413,20 @@ main(int argc, char **argv)
 			close(gate[1]);
 			client_main(i, gate[0]);
 		}
-		status[i] = -1;
 	}
 	close(gate[0]);
-	t_start = now_us();
+	t_start = load_now_us();
 	close(gate[1]);				/* start */
 
 	/* wait for everyone; a client stuck 30 s past the end is a hang */
-	running = nclients;
-	deadline = t_start + (int64_t) (duration + 30) * 1000000;
-	while (running > 0)
-	{
-		int			st;
-		pid_t		pid = waitpid(-1, &st, WNOHANG);
-
-		if (pid > 0)
-		{
-			for (int i = 0; i < nclients; i++)
-				if (pids[i] == pid)
-				{
-					status[i] = st;
-					running--;
-				}
-			continue;
-		}
-		if (now_us() > deadline)
-		{
-			hung = true;
-			for (int i = 0; i < nclients; i++)
-				if (status[i] == -1)
-				{
-					fprintf(stderr, "c%d: HANG: still running 30 s after the end; killing pid %d\n",
-							i, (int) pids[i]);
-					kill(pids[i], SIGKILL);
-				}
-			deadline = INT64_MAX;
-		}
-		usleep(20000);
-	}
-	t_end = now_us();
+	hung = load_reap(opts.clients, pids, status,
+					 t_start + (int64_t) (opts.seconds + 30) * 1000000, report_hang) > 0;
+	t_end = load_now_us();
 	secs = (t_end - t_start) / 1e6;
 
 	/* totals */
 	memset(&tot, 0, sizeof(tot));
-	for (int i = 0; i < nclients; i++)
+	for (int i = 0; i < opts.clients; i++)
 	{
 		Stats	   *s = &results[i];
 
@@ -2529,7 +2496,7 @@ main(int argc, char **argv)
 			tot.max_section_ms = s->max_section_ms;
 		if (s->max_token > tot.max_token)
 			tot.max_token = s->max_token;
-		for (int k = 0; k < nnames; k++)
+		for (int k = 0; k < opts.names; k++)
 			tot.incr[k] += s->incr[k];
 		if (verbose)
 			printf("  c%-3d ops %6ld grants %5ld try-fail %5ld timeouts %5ld incr %5ld max-token %" PRId64 "%s\n",
@@ -2545,56 +2512,11 @@ main(int argc, char **argv)
 	}
 
 	/* mutual exclusion: every increment made under the lock is in the table */
-	res = must(conn, "SELECT name, n, busy FROM stress_counter ORDER BY name");
-	for (int r = 0; r < PQntuples(res); r++)
-	{
-		const char *nm = PQgetvalue(res, r, 0);
-		int			k = atoi(nm + strlen("lock-"));
-		int64_t		n = strtoll(PQgetvalue(res, r, 1), NULL, 10);
-		int64_t		busy = strtoll(PQgetvalue(res, r, 2), NULL, 10);
-
-		if (n < tot.incr[k])
-		{
-			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but clients made %" PRId64
-					" increments: %" PRId64 " lost updates\n", nm, n, tot.incr[k], tot.incr[k] - n);
-			lost += tot.incr[k] - n;
-		}
-		else if (n > tot.incr[k])
-		{
-			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but clients made only %" PRId64 "\n",
-					nm, n, tot.incr[k]);
-			phantom += n - tot.incr[k];
-		}
-		if (busy != 0 && !hung)
-		{
-			fprintf(stderr, "VIOLATION: %s: busy flag %" PRId64 " left set\n", nm, busy);
-			check_viol++;
-		}
-	}
-	PQclear(res);
-
+	lost = check_counts(conn, "SELECT name, n, busy FROM stress_counter ORDER BY name", "lock-",
+						tot.incr, "clients", hung, &phantom, &check_viol);
 	/* rw-* names: every increment a writer committed is in the table */
-	res = must(conn, "SELECT name, n FROM stress_rw ORDER BY name");
-	for (int r = 0; r < PQntuples(res); r++)
-	{
-		const char *nm = PQgetvalue(res, r, 0);
-		int			k = atoi(nm + strlen("rw-"));
-		int64_t		n = strtoll(PQgetvalue(res, r, 1), NULL, 10);
-
-		if (n < tot.rw_incr[k])
-		{
-			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but writers made %" PRId64
-					" increments: %" PRId64 " lost updates\n", nm, n, tot.rw_incr[k], tot.rw_incr[k] - n);
-			rw_lost += tot.rw_incr[k] - n;
-		}
-		else if (n > tot.rw_incr[k])
-		{
-			fprintf(stderr, "VIOLATION: %s: table says %" PRId64 " but writers made only %" PRId64 "\n",
-					nm, n, tot.rw_incr[k]);
-			phantom += n - tot.rw_incr[k];
-		}
-	}
-	PQclear(res);
+	rw_lost = check_counts(conn, "SELECT name, n FROM stress_rw ORDER BY name", "rw-",
+						   tot.rw_incr, "writers", hung, &phantom, &check_viol);
 
 	/* everyone left the board */
 	for (int k = 0; k < nrw + nsem && !hung; k++)
@@ -2627,7 +2549,7 @@ main(int argc, char **argv)
 				 "count(*) FILTER (WHERE d = 1 AND (CASE WHEN name LIKE 'sem-%%' "
 				 "THEN inside > %d ELSE writers > 0 AND inside > 1 END)) "
 				 "FROM run GROUP BY name ORDER BY name", permits);
-		res = must(conn, sql);
+		res = load_must(conn, sql);
 	}
 	for (int r = 0; r < PQntuples(res); r++)
 	{
@@ -2648,7 +2570,7 @@ main(int argc, char **argv)
 	if (span_viol > 0)
 	{
 		/* a few of the overlapping pairs, for the record */
-		res = must(conn, "SELECT a.name, a.kind, a.token, b.kind, b.token, "
+		res = load_must(conn, "SELECT a.name, a.kind, a.token, b.kind, b.token, "
 				   "least(a.t_out, b.t_out) - greatest(a.t_in, b.t_in) "
 				   "FROM stress_span a JOIN stress_span b ON a.name = b.name "
 				   "AND a.t_in < b.t_out AND b.t_in < a.t_out AND a.ctid < b.ctid "
@@ -2664,38 +2586,17 @@ main(int argc, char **argv)
 	 * No waiter left behind.  Sessions that hung up while waiting get up to
 	 * 2 s to notice.
 	 */
-	for (int tries = 0;; tries++)
-	{
-		res = must(conn, "SELECT pid, name, owner, queue_position FROM dlock_waiters");
-		if (PQntuples(res) == 0 || tries == 20)
-			break;
-		PQclear(res);
-		usleep(100000);
-	}
-	for (int r = 0; r < PQntuples(res); r++)
-	{
-		fprintf(stderr, "VIOLATION: waiter left behind: pid %s name %s owner %s position %s\n",
-				PQgetvalue(res, r, 0), PQgetvalue(res, r, 1), PQgetvalue(res, r, 2),
-				PQgetvalue(res, r, 3));
-		check_viol++;
-	}
-	PQclear(res);
+	check_viol += left_behind(conn, "SELECT pid, name, owner, queue_position FROM dlock_waiters", 20,
+							  "VIOLATION: waiter left behind: pid %s name %s owner %s position %s\n");
 
 	/*
 	 * No lease still held by a stress owner once the leaked ones (ttl 100 ms
 	 * at most) have run out.
 	 */
 	usleep(150000);
-	res = must(conn, "SELECT name, owner, token, expires_at FROM dlock_locks "
-			   "WHERE owner ~ '^[cx][0-9]+$'");
-	for (int r = 0; r < PQntuples(res); r++)
-	{
-		fprintf(stderr, "VIOLATION: lease left behind: %s held by %s token %s until %s\n",
-				PQgetvalue(res, r, 0), PQgetvalue(res, r, 1), PQgetvalue(res, r, 2),
-				PQgetvalue(res, r, 3));
-		check_viol++;
-	}
-	PQclear(res);
+	check_viol += left_behind(conn, "SELECT name, owner, token, expires_at FROM dlock_locks "
+							  "WHERE owner ~ '^[cx][0-9]+$'", 0,
+							  "VIOLATION: lease left behind: %s held by %s token %s until %s\n");
 
 	/*
 	 * Every name is free now and its next grant carries a token above every
@@ -2704,7 +2605,7 @@ main(int argc, char **argv)
 	{
 		int64_t		last_probe = tot.max_token;
 		static const char *const kinds[] = {"lock-%d", "exp-%d", "rw-%d", "sem-%d"};
-		int			counts[] = {nnames, nexp, nrw, nsem};
+		int			counts[] = {opts.names, nexp, nrw, nsem};
 		char		perm[16];
 
 		snprintf(perm, sizeof(perm), "%d", permits);
@@ -2760,7 +2661,7 @@ main(int argc, char **argv)
 	}
 	PQfinish(conn);
 
-	printf("clients        %d\n", nclients);
+	printf("clients        %d\n", opts.clients);
 	printf("seconds        %.1f\n", secs);
 	printf("total ops      %ld (%.0f ops/s; dlock calls)\n", tot.ops, tot.ops / secs);
 	printf("grants         %ld (lock-* %ld, exp-* %ld, rw-* %ld shared + %ld exclusive, sem-* %ld, "

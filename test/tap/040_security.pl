@@ -108,8 +108,8 @@ sub session
 
 sub build_fuzz
 {
-	my $rc = system('make', '-s', '-C', "$top/test/fuzz", "PG_CONFIG=$pg_config");
-	return $rc == 0 && -x "$top/test/fuzz/dlock_fuzz";
+	my $rc = system('make', '-s', '-C', "$top/test/load", "PG_CONFIG=$pg_config", 'dlock_fuzz');
+	return $rc == 0 && -x "$top/test/load/dlock_fuzz";
 }
 
 # ---------------------------------------------------------------- setup
@@ -562,7 +562,7 @@ SKIP:
 		my ($mode, $n, @extra) = @_;
 		my ($out, $err2);
 		my $t = time;
-		IPC::Run::run([ "$top/test/fuzz/dlock_fuzz", '-d', $node->connstr('postgres'),
+		IPC::Run::run([ "$top/test/load/dlock_fuzz", '-d', $node->connstr('postgres'),
 				'--roles', 'app1,app2,app1_member,breaker', '--herd', $n,
 				'--herd-name', "herd-$mode", '--herd-mode', $mode, @extra ],
 			'>', \$out, '2>', \$err2);

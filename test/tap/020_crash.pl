@@ -1,6 +1,6 @@
 # Crash tests: dlock's durability claims, with a real server killed for real.
 #
-# A load client (test/crash/crashload.c) runs 8 clients that take, renew and
+# A load client (test/load/crashload.c) runs 8 clients that take, renew and
 # release leases in autocommit and leave some grants in transactions that
 # never commit, logging every answer of the server as soon as it arrives.
 # Mid-run the server is killed: an immediate shutdown (SIGQUIT to every
@@ -42,7 +42,7 @@ srand($seed);
 
 # Build the load client next to the test's other scratch files.
 my ($out, $err);
-IPC::Run::run([ 'make', '-s', '-C', "$FindBin::RealBin/../crash", "O=$tmp" ],
+IPC::Run::run([ 'make', '-s', '-C', "$FindBin::RealBin/../load", "O=$tmp", 'crashload' ],
 	'>', \$out, '2>', \$err)
   or BAIL_OUT("could not build crashload: $out$err");
 

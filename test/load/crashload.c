@@ -1,6 +1,6 @@
 /*
  * crashload.c
- *		Load client and checker for dlock's crash tests (test/t/020_crash.pl).
+ *		Load client and checker for dlock's crash tests (test/tap/020_crash.pl).
  *
  * crashload run -d CONNINFO -o LOGDIR [-c CLIENTS] [-t SECONDS] [-n NAMES]
  *               [-p PREFIX] [-s SEED] [-T TTL]
@@ -77,17 +77,16 @@
 
 #include <libpq-fe.h>
 
+#include "loadlib.h"
+
 #define MAX_CLIENTS		64
 #define MAX_NAMES		1024
 #define LINE_MAX_LEN	1024
 
 typedef struct Options
 {
-	const char *conninfo;
+	LoadOptions load;			/* -d, -c, -t, -n (-s: seed below) */
 	const char *dir;
-	int			clients;
-	int			seconds;
-	int			names;
 	const char *prefix;
 	unsigned int seed;
 	const char *ttl;
@@ -106,15 +105,6 @@ die(const char *fmt,...)
 	va_end(ap);
 	fputc('\n', stderr);
 	exit(2);
-}
-
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* ===================================================================
@@ -160,53 +150,48 @@ logline(const char *fmt,...)
 
 static uint64_t rng_state;
 
+/* xorshift64* (not splitmix64: a seed repeats the choices of earlier runs) */
 static uint32_t
 rnd(void)
 {
-	/* xorshift64* */
 	rng_state ^= rng_state >> 12;
 	rng_state ^= rng_state << 25;
 	rng_state ^= rng_state >> 27;
 	return (uint32_t) ((rng_state * UINT64_C(2685821657736338717)) >> 32);
 }
 
-typedef enum
-{
-	XR_OK,
-	XR_ERROR,					/* the statement failed; connection alive */
-	XR_DEAD						/* the connection is gone */
-} ExecResult;
-
-static char last_sqlstate[8];
 static char last_message[512];
 
-static ExecResult
-exec_prepared(PGconn *conn, const char *stmt, int nparams,
-			  const char *const *values, PGresult **result)
+/*
+ * Runs prepared statement stmt on conn and returns its result if it
+ * succeeded.  Otherwise logs the failure of op on name (as the log names
+ * them; name "-" for none) and returns NULL: "LOST op name" when the
+ * connection is gone (then *alive is false), else "ERROR op name sqlstate
+ * message" (the connection is alive).
+ */
+static PGresult *
+call(PGconn *conn, const char *stmt, int nparams, const char *const *values,
+	 const char *op, const char *name, bool *alive)
 {
-	PGresult   *res;
-	ExecStatusType st;
-	const char *sqlstate;
+	PGresult   *res = PQexecPrepared(conn, stmt, nparams, values, NULL, NULL, 0);
+	char		sqlstate[8];
 
-	*result = NULL;
-	res = PQexecPrepared(conn, stmt, nparams, values, NULL, NULL, 0);
-	st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
-	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
-	{
-		*result = res;
-		return XR_OK;
-	}
-	sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	snprintf(last_sqlstate, sizeof(last_sqlstate), "%s", sqlstate ? sqlstate : "-----");
+	*alive = true;
+	if (load_ok(res))			/* (PQresultStatus(NULL) is an error) */
+		return res;
+	snprintf(sqlstate, sizeof(sqlstate), "%s", load_sqlstate(res, "-----"));
 	snprintf(last_message, sizeof(last_message), "%s",
 			 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	/* 57P01/57P02/57P03: shutdown or crash; class 08: connection failure */
+	*alive = !(PQstatus(conn) == CONNECTION_BAD || load_sqlstate(res, NULL) == NULL ||
+			   strncmp(sqlstate, "57P", 3) == 0 || strncmp(sqlstate, "08", 2) == 0);
 	if (res)
 		PQclear(res);
-	/* 57P01/57P02/57P03: shutdown or crash; class 08: connection failure */
-	if (PQstatus(conn) == CONNECTION_BAD || sqlstate == NULL ||
-		strncmp(sqlstate, "57P", 3) == 0 || strncmp(sqlstate, "08", 2) == 0)
-		return XR_DEAD;
-	return XR_ERROR;
+	if (*alive)
+		logline("ERROR %s %s %s %s", op, name, sqlstate, last_message);
+	else
+		logline("LOST %s %s", op, name);
+	return NULL;
 }
 
 /* Notices (e.g. "terminating connection due to immediate shutdown") are noise. */
@@ -220,9 +205,7 @@ ignore_notice(void *arg, const char *message)
 static PGconn *
 connect_db(const char *conninfo, const char *appname)
 {
-	const char *keys[] = {"dbname", "application_name", NULL};
-	const char *values[] = {conninfo, appname, NULL};
-	PGconn	   *conn = PQconnectdbParams(keys, values, 1);
+	PGconn	   *conn = load_connect(conninfo, NULL, NULL, appname);
 
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
@@ -288,29 +271,29 @@ pick_name(const Client *c, int pct)
 {
 	int			nheld = 0;
 
-	for (int i = 0; i < c->o->names; i++)
+	for (int i = 0; i < c->o->load.names; i++)
 		nheld += c->held[i] != 0;
 	if (nheld > 0 && (int) (rnd() % 100) < pct)
 	{
 		int			k = rnd() % nheld;
 
-		for (int i = 0; i < c->o->names; i++)
+		for (int i = 0; i < c->o->load.names; i++)
 			if (c->held[i] != 0 && k-- == 0)
 				return i;
 	}
-	return rnd() % c->o->names;
+	return rnd() % c->o->load.names;
 }
 
 /* Returns false when the connection died (the client must stop). */
 static bool
 do_grant(Client *c, bool acquire)
 {
-	int			idx = rnd() % c->o->names;
+	int			idx = rnd() % c->o->load.names;
 	char		name[64];
 	const char *op = acquire ? "acquire" : "try";
 	const char *vals[4];
 	PGresult   *res;
-	ExecResult	r;
+	bool		alive;
 
 	name_of(c, idx, name, sizeof(name));
 	vals[0] = name;
@@ -322,22 +305,14 @@ do_grant(Client *c, bool acquire)
 	}
 	else
 		vals[2] = c->owner;
-	r = exec_prepared(c->conn, op, acquire ? 4 : 3, vals, &res);
-	if (r == XR_DEAD)
-	{
-		logline("LOST %s %s", op, name);
-		return false;
-	}
-	if (r == XR_ERROR)
-	{
-		logline("ERROR %s %s %s %s", op, name, last_sqlstate, last_message);
-		return true;
-	}
+	res = call(c->conn, op, acquire ? 4 : 3, vals, op, name, &alive);
+	if (res == NULL)
+		return alive;
 	if (PQgetisnull(res, 0, 0))
 		logline("BUSY %s %s", name, op);
 	else
 	{
-		long long	token = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		long long	token = load_int64(res, 0, 0);
 
 		logline("GRANT %s %lld %s", name, token, op);
 		c->held[idx] = token;
@@ -353,23 +328,15 @@ do_renew(Client *c)
 	char		name[64];
 	const char *vals[3];
 	PGresult   *res;
-	ExecResult	r;
+	bool		alive;
 
 	name_of(c, idx, name, sizeof(name));
 	vals[0] = name;
 	vals[1] = c->o->ttl;
 	vals[2] = c->owner;
-	r = exec_prepared(c->conn, "renew", 3, vals, &res);
-	if (r == XR_DEAD)
-	{
-		logline("LOST renew %s", name);
-		return false;
-	}
-	if (r == XR_ERROR)
-	{
-		logline("ERROR renew %s %s %s", name, last_sqlstate, last_message);
-		return true;
-	}
+	res = call(c->conn, "renew", 3, vals, "renew", name, &alive);
+	if (res == NULL)
+		return alive;
 	if (PQgetisnull(res, 0, 0))
 		logline("NORENEW %s", name);
 	else
@@ -387,7 +354,7 @@ do_release(Client *c)
 	const char *vals[3];
 	unsigned int how = rnd() % 100;
 	PGresult   *res;
-	ExecResult	r;
+	bool		alive;
 
 	name_of(c, idx, name, sizeof(name));
 	vals[0] = name;
@@ -395,26 +362,16 @@ do_release(Client *c)
 	vals[2] = NULL;
 	if (how < 40 && c->held[idx] != 0)
 	{
-		snprintf(tokbuf, sizeof(tokbuf), "%lld", c->held[idx]);
-		vals[2] = tokbuf;
+		vals[2] = load_i64(tokbuf, c->held[idx]);
 	}
 	else if (how < 45 && c->held[idx] != 0)
 	{
 		/* a stale token: must not release the lease */
-		snprintf(tokbuf, sizeof(tokbuf), "%lld", c->held[idx] - 1);
-		vals[2] = tokbuf;
+		vals[2] = load_i64(tokbuf, c->held[idx] - 1);
 	}
-	r = exec_prepared(c->conn, "release", 3, vals, &res);
-	if (r == XR_DEAD)
-	{
-		logline("LOST release %s", name);
-		return false;
-	}
-	if (r == XR_ERROR)
-	{
-		logline("ERROR release %s %s %s", name, last_sqlstate, last_message);
-		return true;
-	}
+	res = call(c->conn, "release", 3, vals, "release", name, &alive);
+	if (res == NULL)
+		return alive;
 	if (strcmp(PQgetvalue(res, 0, 0), "t") == 0)
 	{
 		logline("RELEASE %s %s ok", name, vals[2] ? vals[2] : "-");
@@ -434,7 +391,7 @@ static bool
 do_txn(Client *c)
 {
 	PGresult   *res;
-	ExecResult	r;
+	bool		alive;
 	int			k = 1 + rnd() % 3;
 	int			used[3];
 
@@ -443,7 +400,7 @@ do_txn(Client *c)
 		char		app[64];
 
 		snprintf(app, sizeof(app), "crashload-%s", c->txowner);
-		c->txconn = connect_db(c->o->conninfo, app);
+		c->txconn = connect_db(c->o->load.conninfo, app);
 		if (c->txconn == NULL)
 		{
 			/* the server is probably going down: stop like the others */
@@ -458,32 +415,16 @@ do_txn(Client *c)
 	}
 	if (c->txopen)
 	{
-		r = exec_prepared(c->txconn, "rollback", 0, NULL, &res);
-		if (r == XR_DEAD)
-		{
-			logline("LOST rollback -");
-			return false;
-		}
-		if (r == XR_ERROR)
-		{
-			logline("ERROR rollback - %s %s", last_sqlstate, last_message);
-			return true;
-		}
+		res = call(c->txconn, "rollback", 0, NULL, "rollback", "-", &alive);
+		if (res == NULL)
+			return alive;
 		PQclear(res);
 		logline("ROLLBACK");
 		c->txopen = false;
 	}
-	r = exec_prepared(c->txconn, "begin", 0, NULL, &res);
-	if (r == XR_DEAD)
-	{
-		logline("LOST begin -");
-		return false;
-	}
-	if (r == XR_ERROR)
-	{
-		logline("ERROR begin - %s %s", last_sqlstate, last_message);
-		return true;
-	}
+	res = call(c->txconn, "begin", 0, NULL, "begin", "-", &alive);
+	if (res == NULL)
+		return alive;
 	PQclear(res);
 	logline("BEGIN");
 	c->txopen = true;
@@ -497,28 +438,20 @@ do_txn(Client *c)
 
 		do
 		{
-			idx = rnd() % c->o->names;
+			idx = rnd() % c->o->load.names;
 			dup = false;
 			for (int j = 0; j < i; j++)
 				dup |= used[j] == idx;
-		} while (dup && c->o->names > 3);
+		} while (dup && c->o->load.names > 3);
 		used[i] = idx;
 		name_of(c, idx, name, sizeof(name));
 		vals[0] = name;
 		vals[1] = c->o->ttl;
 		vals[2] = c->txowner;
-		r = exec_prepared(c->txconn, "try", 3, vals, &res);
-		if (r == XR_DEAD)
-		{
-			logline("LOST txtry %s", name);
-			return false;
-		}
-		if (r == XR_ERROR)
-		{
-			/* the transaction is aborted now; the next step rolls it back */
-			logline("ERROR txtry %s %s %s", name, last_sqlstate, last_message);
-			return true;
-		}
+		/* after an ERROR the transaction is aborted; the next step rolls it back */
+		res = call(c->txconn, "try", 3, vals, "txtry", name, &alive);
+		if (res == NULL)
+			return alive;
 		if (PQgetisnull(res, 0, 0))
 			logline("TXBUSY %s", name);
 		else
@@ -534,7 +467,7 @@ client_main(int id, const Options *o)
 	Client		c;
 	char		path[4096];
 	char		app[64];
-	double		deadline = mono_now() + o->seconds;
+	int64_t		deadline = load_now_us() + (int64_t) o->load.seconds * 1000000;
 	const char *reason = "time";
 
 	memset(&c, 0, sizeof(c));
@@ -542,7 +475,7 @@ client_main(int id, const Options *o)
 	c.o = o;
 	snprintf(c.owner, sizeof(c.owner), "c%d", id);
 	snprintf(c.txowner, sizeof(c.txowner), "c%dtx", id);
-	c.held = calloc(o->names, sizeof(long long));
+	c.held = calloc(o->load.names, sizeof(long long));
 	rng_state = ((uint64_t) o->seed << 20) ^ (uint64_t) (id + 1) * UINT64_C(0x9E3779B97F4A7C15);
 	if (rng_state == 0)
 		rng_state = 1;
@@ -553,7 +486,7 @@ client_main(int id, const Options *o)
 		die("could not open \"%s\": %s", path, strerror(errno));
 
 	snprintf(app, sizeof(app), "crashload-%s", c.owner);
-	c.conn = connect_db(o->conninfo, app);
+	c.conn = connect_db(o->load.conninfo, app);
 	if (c.conn == NULL)
 	{
 		logline("END connect-failed %s", last_message);
@@ -566,7 +499,7 @@ client_main(int id, const Options *o)
 	}
 	logline("START %s %s", c.owner, c.txowner);
 
-	while (mono_now() < deadline)
+	while (load_now_us() < deadline)
 	{
 		unsigned int u = rnd() % 100;
 		bool		alive;
@@ -600,6 +533,7 @@ static int
 run_main(const Options *o)
 {
 	pid_t		pids[MAX_CLIENTS];
+	int			status[MAX_CLIENTS];
 	char		path[4096];
 	FILE	   *meta;
 	int			failed = 0;
@@ -610,11 +544,11 @@ run_main(const Options *o)
 	meta = fopen(path, "w");
 	if (meta == NULL)
 		die("could not write \"%s\": %s", path, strerror(errno));
-	fprintf(meta, "clients %d\nnames %d\nprefix %s\n", o->clients, o->names, o->prefix);
+	fprintf(meta, "clients %d\nnames %d\nprefix %s\n", o->load.clients, o->load.names, o->prefix);
 	fclose(meta);
 
 	fflush(stdout);
-	for (int i = 0; i < o->clients; i++)
+	for (int i = 0; i < o->load.clients; i++)
 	{
 		pids[i] = fork();
 		if (pids[i] < 0)
@@ -622,15 +556,11 @@ run_main(const Options *o)
 		if (pids[i] == 0)
 			_exit(client_main(i + 1, o));
 	}
-	for (int i = 0; i < o->clients; i++)
-	{
-		int			status;
-
-		if (waitpid(pids[i], &status, 0) < 0 ||
-			!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	load_reap(o->load.clients, pids, status, INT64_MAX, NULL);
+	for (int i = 0; i < o->load.clients; i++)
+		if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0)
 			failed++;
-	}
-	printf("crashload: %d clients done, %d failed to start\n", o->clients, failed);
+	printf("crashload: %d clients done, %d failed to start\n", o->load.clients, failed);
 	return failed ? 1 : 0;
 }
 
@@ -942,16 +872,6 @@ read_client_log(const char *dir, int client, Counts *cnt, int *epoch)
 		violation("client %d: its log has no END line (did the client die?)", client);
 }
 
-static PGresult *
-query(PGconn *conn, const char *sql, int nparams, const char *const *values)
-{
-	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, values, NULL, NULL, 0);
-
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		die("query failed: %s\n%s", sql, PQerrorMessage(conn));
-	return res;
-}
-
 /* "cN" -> N, "cNtx" -> -N; 0 for anything else */
 static int
 parse_owner(const char *owner)
@@ -1043,13 +963,13 @@ check_main(const Options *o)
 		}
 	}
 
-	conn = PQconnectdb(o->conninfo);
+	conn = PQconnectdb(o->load.conninfo);
 	if (PQstatus(conn) != CONNECTION_OK)
 		die("could not connect: %s", PQerrorMessage(conn));
 
 	/* (a), (b): the live leases of the round's names */
 	params[0] = meta_prefix;
-	res = query(conn,
+	res = load_must_params(conn,
 				"SELECT k.name, k.owner, k.token, extract(epoch FROM k.expires_at)::float8, k.durable,"
 				" extract(epoch FROM l.ttl)::float8, extract(epoch FROM clock_timestamp())::float8"
 				" FROM dlock_locks k LEFT JOIN dlock_leases l USING (name, token)"
@@ -1059,7 +979,7 @@ check_main(const Options *o)
 	{
 		const char *name = PQgetvalue(res, i, 0);
 		const char *owner = PQgetvalue(res, i, 1);
-		long long	token = strtoll(PQgetvalue(res, i, 2), NULL, 10);
+		long long	token = load_int64(res, i, 2);
 		double		expires = strtod(PQgetvalue(res, i, 3), NULL);
 		double		ttl = PQgetisnull(res, i, 5) ? -1 : strtod(PQgetvalue(res, i, 5), NULL);
 		double		now = strtod(PQgetvalue(res, i, 6), NULL);
@@ -1169,7 +1089,7 @@ check_main(const Options *o)
 	 * other checkers running at the same time take and release fresh names,
 	 * and a row's snapshot and the live shared memory may disagree on those.
 	 */
-	rows = query(conn,
+	rows = load_must_params(conn,
 				 "SELECT l.name, l.owner, l.token, k.owner, k.token"
 				 " FROM dlock_leases l LEFT JOIN dlock_locks k USING (name)"
 				 " WHERE starts_with(l.name, $1) AND l.expires_at > now()"
@@ -1192,10 +1112,10 @@ check_main(const Options *o)
 		snprintf(fresh, sizeof(fresh), "%sfresh-%d-%d-%ld", meta_prefix, (int) getpid(), k,
 				 (long) time(NULL));
 		params[0] = fresh;
-		res = query(conn, "SELECT dlock_try($1, '1 minute', 'crashload-checker')", 1, params);
+		res = load_must_params(conn, "SELECT dlock_try($1, '1 minute', 'crashload-checker')", 1, params);
 		if (PQgetisnull(res, 0, 0))
 			die("dlock_try on the fresh name %s returned NULL", fresh);
-		t = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		t = load_int64(res, 0, 0);
 		PQclear(res);
 		if (k == 0)
 			first_new = t;
@@ -1203,7 +1123,7 @@ check_main(const Options *o)
 			violation("new token %s is not above the largest token seen, %s",
 					  fmt_token(t, b1, sizeof(b1)), fmt_token(max_token, b2, sizeof(b2)));
 		params[1] = "crashload-checker";
-		res = query(conn, "SELECT dlock_release($1, $2)", 2, params);
+		res = load_must_params(conn, "SELECT dlock_release($1, $2)", 2, params);
 		PQclear(res);
 	}
 	PQfinish(conn);
@@ -1242,11 +1162,8 @@ int
 main(int argc, char **argv)
 {
 	Options		o = {
-		.conninfo = "",
+		.load = {.conninfo = "", .clients = 8, .seconds = 10, .names = 32},
 		.dir = NULL,
-		.clients = 8,
-		.seconds = 10,
-		.names = 32,
 		.prefix = "k",
 		.seed = 0,
 		.ttl = "10 minutes",
@@ -1259,26 +1176,15 @@ main(int argc, char **argv)
 	if (argc < 2)
 		usage();
 	mode = argv[1];
+	load_must_fmt = "crashload: query failed: %s\n%s\n";
 	optind = 2;
 	o.seed = (unsigned int) time(NULL) ^ (unsigned int) getpid();
 	while ((opt = getopt(argc, argv, "d:o:c:t:n:p:s:T:mf")) != -1)
 	{
 		switch (opt)
 		{
-			case 'd':
-				o.conninfo = optarg;
-				break;
 			case 'o':
 				o.dir = optarg;
-				break;
-			case 'c':
-				o.clients = atoi(optarg);
-				break;
-			case 't':
-				o.seconds = atoi(optarg);
-				break;
-			case 'n':
-				o.names = atoi(optarg);
 				break;
 			case 'p':
 				o.prefix = optarg;
@@ -1296,11 +1202,12 @@ main(int argc, char **argv)
 				o.failover = true;
 				break;
 			default:
-				usage();
+				if (!load_option(&o.load, opt, optarg))
+					usage();
 		}
 	}
-	if (o.dir == NULL || o.clients < 1 || o.clients > MAX_CLIENTS ||
-		o.names < 1 || o.names > MAX_NAMES || o.seconds < 1 ||
+	if (o.dir == NULL || o.load.clients < 1 || o.load.clients > MAX_CLIENTS ||
+		o.load.names < 1 || o.load.names > MAX_NAMES || o.load.seconds < 1 ||
 		strlen(o.prefix) == 0 || strlen(o.prefix) > 100)
 		usage();
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1308,7 +1215,7 @@ main(int argc, char **argv)
 	if (strcmp(mode, "run") == 0)
 	{
 		printf("crashload: %d clients, %d s, %d names %s0..%s%d, seed %u\n",
-			   o.clients, o.seconds, o.names, o.prefix, o.prefix, o.names - 1, o.seed);
+			   o.load.clients, o.load.seconds, o.load.names, o.prefix, o.prefix, o.load.names - 1, o.seed);
 		return run_main(&o);
 	}
 	if (strcmp(mode, "check") == 0)
