@@ -1606,7 +1606,15 @@ write_snapshot(const char *path, int64_t max_token)
 	for (int d = 0; d < ndbs; d++)
 	{
 		PGconn	   *conn = checker_conn(db_list[d]);
-		PGresult   *res = load_must(conn,
+		PGresult   *res;
+
+		/*
+		 * A release's commit is not waited for: flush the run's last ones, so
+		 * that the snapshot is what a crash must bring back.
+		 */
+		if (d == 0)
+			PQclear(load_must(conn, "CHECKPOINT"));
+		res = load_must(conn,
 								"SELECT encode(convert_to(name, 'UTF8'), 'hex'), encode(convert_to(owner, 'UTF8'), 'hex'),"
 								" role::text, token, expires_at > clock_timestamp() + interval '30 s'"
 								" FROM dlock_locks WHERE durable ORDER BY name");

@@ -9,8 +9,11 @@
 # restart, "crashload check" compares the logs with dlock_locks and
 # dlock_leases:
 #   (a) every lease whose last acknowledged event was an autocommit grant or
-#       renewal is there, same owner, same token, and acknowledged releases
-#       and uncommitted grants are not;
+#       renewal is there, same owner, same token; uncommitted grants are
+#       not, and acknowledged releases are not either, except a release the
+#       crash lost (its commit is not waited for), whose lease may be back
+#       whole (same owner, same token) if its client had no grant or
+#       renewal acknowledged after it;
 #   (b) no name has two owners;
 #   (c) a new token is above every token any client ever saw.
 # Four checkers run at once after each restart (they race to rebuild shared
