@@ -49,6 +49,8 @@ T_START=$(date +%s)
 # ---------------------------------------------------------------------------
 # Workloads.  One line each; adding a workload is adding a line.
 #   name | kind | script (scripts/*.sql) or extra redis_lease args | setup | PGOPTIONS | label [| grant statement (hot only)]
+# Order matters: within a repeat and a client count the workloads run in this
+# order, the two sides of each headline ratio next to each other.
 # kind:  pgbench = pgbench -M prepared -f scripts/<script>;
 #        redis   = redis_lease (hiredis, closed loop) with the given args.
 # setup: a shell function (with arguments) run before every run, or "-".
@@ -57,15 +59,15 @@ T_START=$(date +%s)
 # runs once per grant (counted with pg_stat_statements).
 # ---------------------------------------------------------------------------
 UNCONTENDED=(
-  "dlock_mem|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
   "dlock_durable|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default)"
-  "dlock_shared|pgbench|dlock_shared.sql|setup_dlock|-c dlock.durable=off|dlock_try(mode => 'shared') + dlock_release, memory-only"
-  "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
-  "advisory_xact|pgbench|advisory_xact.sql|-|-|BEGIN; pg_try_advisory_xact_lock; COMMIT"
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
+  "dlock_mem|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
+  "pg_floor|pgbench|floor.sql|-|-|SELECT \$1 twice: no lock at all, the ceiling of any two-statement cycle in PostgreSQL"
+  "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
+  "dlock_shared|pgbench|dlock_shared.sql|setup_dlock|-c dlock.durable=off|dlock_try(mode => 'shared') + dlock_release, memory-only"
+  "advisory_xact|pgbench|advisory_xact.sql|-|-|BEGIN; pg_try_advisory_xact_lock; COMMIT"
   "lease_unlogged|pgbench|lease.sql|setup_lease unlogged|-|lease table, UNLOGGED: INSERT .. ON CONFLICT; DELETE"
   "redis|redis|-|-|-|Redis SET NX PX 30000 + EVAL compare-and-delete"
-  "pg_floor|pgbench|floor.sql|-|-|SELECT \$1 twice: no lock at all, the ceiling of any two-statement cycle in PostgreSQL"
 )
 HOT=(
   "hot_dlock_mem|pgbench|hot_dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try('hot'), dlock_release if granted; memory-only|%dlock_release%"
@@ -329,6 +331,19 @@ fmt() {
     print (neg ? "-" : "") s r }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "NaN" || b == "NaN" || b == 0) print "n/a"; else printf "%.2f×\n", a / b }'; }
+# paired_ratio A B CLIENTS: A's tps over B's, repeat by repeat (the two ran
+# back to back); the median of those ratios and their range
+paired_ratio() {
+  awk -F'\t' -v a="$1" -v b="$2" -v c="$3" '
+    $1 == "uncontended" && $3 == c && $5 == "tps" && $6 != "NaN" && $6 != "" {
+      if ($2 == a) x[$4] = $6 + 0; else if ($2 == b) y[$4] = $6 + 0 }
+    END {
+      for (r in x) if ((r in y) && y[r] > 0) v[++k] = x[r] / y[r]
+      if (k == 0) { print "n/a"; exit }
+      for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+      m = (k % 2) ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+      if (k == 1) printf "%.2f×\n", m; else printf "%.2f× (%.2f-%.2f)\n", m, v[1], v[k] }' "$RAW"
+}
 pct_of() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "NaN" || b == "NaN" || b == 0) print "n/a"; else printf "%.1f %%\n", 100 * a / b }'; }
 
 # run_one SECTION SPEC CLIENTS REPEAT
@@ -461,12 +476,16 @@ SQL
 )
 
 # ---------------------------------------------------------------------------
-# The runs: repeats outermost, so every workload sees the same drift.
+# The runs: repeats outermost, then client counts, then the workloads back
+# to back, so the two sides of a ratio alternate (A B A B ...) and see the
+# same drift.
 # ---------------------------------------------------------------------------
 for rep in $(seq "$REPEATS"); do
-  for spec in "${UNCONTENDED[@]}"; do
-    selected "$(field "$spec" 1)" || continue
-    for c in $CLIENTS; do run_one uncontended "$spec" "$c" "$rep"; done
+  for c in $CLIENTS; do
+    for spec in "${UNCONTENDED[@]}"; do
+      selected "$(field "$spec" 1)" || continue
+      run_one uncontended "$spec" "$c" "$rep"
+    done
   done
   for spec in "${HOT[@]}"; do
     selected "$(field "$spec" 1)" || continue
@@ -652,7 +671,8 @@ REPORT="$TMP/out/RESULTS.md"
   echo "## Commands"
   echo
   echo "Every point is run $REPEATS times for $SECONDS_PER_RUN s; the tables give the median. The repeats are interleaved"
-  echo "(repeat 1 of every workload, then repeat 2, ...). Every script passes its key (and owner) as bind parameters of"
+  echo "(repeat 1 of every workload at each client count, workloads back to back, then repeat 2, ...), so the two sides"
+  echo "of a ratio alternate (A B A B ...); a ratio is the median of the per-repeat ratios. Every script passes its key (and owner) as bind parameters of"
   echo "prepared statements: the random number itself is the lock name, the advisory key, the lease row's name; no SQL"
   echo "builds strings. A \`CHECKPOINT\` precedes every PostgreSQL run. The lease"
   echo "table is dropped, recreated, filled with 100,000 expired leases on other names (\`'x' || g\`) and \`VACUUM ANALYZE\`d"
@@ -729,20 +749,21 @@ REPORT="$TMP/out/RESULTS.md"
   echo
   echo "† = at least one repeat of this point ran while other processes used more than $QUIET_CORES cores (see \"Other load\")."
   echo
-  echo "## Ratios (median against median)"
+  echo "## Ratios (median of the per-repeat ratios; their range in brackets)"
   echo
   for d in "${DLOCK_NAMES[@]}"; do
     printf '| %s ÷ |' "$d"; for c in $CLIENTS; do printf ' %s client%s |' "$c" "$(plural "$c")"; done; echo
     printf '|---|'; for _ in $CLIENTS; do printf -- '---:|'; done; echo
     for b in "${BASE_NAMES[@]}"; do
       printf '| %s |' "$b"
-      for c in $CLIENTS; do printf ' %s |' "$(ratio "$(median uncontended "$d" "$c" tps)" "$(median uncontended "$b" "$c" tps)")"; done
+      for c in $CLIENTS; do printf ' %s |' "$(paired_ratio "$d" "$b" "$c")"; done
       echo
     done
     echo
   done
   echo "A ratio above 1 means dlock completes more cycles per second than that workload. Like for like: dlock_durable against"
-  echo "lease_logged (both write a row and flush WAL at the grant and at the release); dlock_mem against advisory locks,"
+  echo "lease_logged (both write a row at the grant and at the release, and a grant returns only once its WAL is flushed;"
+  echo "dlock's release does not wait for its flush, the table's DELETE does); dlock_mem against advisory locks,"
   echo "lease_unlogged and this Redis (none of which keeps a lock through a crash)."
   echo
   echo "### WAL flushes and WAL bytes per cycle"
