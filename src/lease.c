@@ -275,12 +275,15 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	 */
 	dlock_token_prefetch();
 	if (timeout != 0)
-	{
 		dlock_wait_prepare();
-		/* another backend may grant us the lease: it needs our xid */
-		if (req->durable)
-			xid = dlock_store_xid();
-	}
+
+	/*
+	 * A durable grant records our xid, and another backend granting us the
+	 * lease as a waiter needs it; a try got past the glance, so it will
+	 * likely be granted.  Assigning it may fail: not under the lock.
+	 */
+	if (req->durable)
+		xid = dlock_store_xid();
 	op = dlock_xact_begin(req);
 
 retry:
@@ -340,15 +343,6 @@ retry:
 	}
 	else if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, now))
 	{
-		if (req->durable && !TransactionIdIsValid(xid))
-		{
-			/* assigning it may fail: not under the lock */
-			dlock_drop_if_unused(head);
-			LWLockRelease(lock);
-			dlock_wake_all();
-			xid = dlock_store_xid();
-			goto retry;
-		}
 		lease = dlock_grant(head, &req->owner, req->roleid, MyProcPid, req->ttl, now,
 							req->mode, false, req->durable ? xid : InvalidTransactionId,
 							&no_token);
