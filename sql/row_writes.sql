@@ -15,7 +15,7 @@ SELECT dlock_release('x1', 'o') AS released;
 SELECT dlock_try('x1', '1 hour', 'o') IS NOT NULL AS taken_again;
 COMMIT;
 SELECT count(*) AS rows, count(*) FILTER (WHERE name = 'x1') AS x1 FROM dlock_leases
-WHERE name ~ '^(rw|x1|same)';
+WHERE left(name, 2) = 'rw' OR name IN ('x1', 'same');
 SELECT bt_index_check('dlock_leases_pkey', true);
 -- each row is found by its key
 SET enable_seqscan = off;
@@ -60,6 +60,6 @@ DROP INDEX rw_expiry;
 SELECT dlock_release('i2', 'o') AS released;
 SELECT count(*) FILTER (WHERE dlock_release('rw' || i, 'o')) FROM generate_series(2, 20, 2) i;
 SELECT dlock_release('x1', 'o') AS released;
-SELECT count(*) AS rows FROM dlock_leases WHERE name ~ '^(rw|x1|same|t1|i1|i2)';
+SELECT count(*) AS rows FROM dlock_leases WHERE left(name, 2) = 'rw' OR name IN ('x1', 'same', 't1', 'i1', 'i2');
 SELECT bt_index_check('dlock_leases_pkey', true);
 DROP EXTENSION amcheck;
