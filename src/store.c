@@ -3,8 +3,9 @@
  *		Durable state: the per-database lease table that is the source of
  *		truth after a crash, and its rebuild into shared memory.
  *
- * Lease rows are written through SPI in the caller's transaction as the
- * table's owner.  Writers of one row queue on its row lock, so its versions
+ * Lease rows are written in the caller's transaction: a grant's insert and
+ * a release's delete with the heap and index access methods (see
+ * open_direct), the rest through SPI as the table's owner.  Writers of one row queue on its row lock, so its versions
  * follow commit order; shared memory takes an expiry only from a newer
  * version (see xact.c).
  *

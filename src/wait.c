@@ -524,6 +524,17 @@ dlock_sleep(bool holds_pins)
 }
 
 /*
+ * Takes the partition lock of the name, exclusive, and finds the lease that
+ * carries token there (NULL: it ended).  The caller releases the lock.
+ */
+static DLockEntry *
+lock_lease(const DLockKey *key, uint32 hash, uint64 token)
+{
+	LWLockAcquire(dlock_partition_lock(hash), LW_EXCLUSIVE);
+	return dlock_find_lease(key, hash, token);
+}
+
+/*
  * The transaction that granted the lease with token committed (called from
  * its commit callback): its row is visible to every new snapshot, so nobody
  * needs to wait for that transaction before acting on the lease.
@@ -531,14 +542,11 @@ dlock_sleep(bool holds_pins)
 void
 dlock_grant_committed(const DLockKey *key, uint32 hash, uint64 token)
 {
-	LWLock	   *lock = dlock_partition_lock(hash);
-	DLockEntry *lease;
+	DLockEntry *lease = lock_lease(key, hash, token);
 
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = dlock_find_lease(key, hash, token);
 	if (lease != NULL)
 		lease->grant_xid = InvalidTransactionId;
-	LWLockRelease(lock);
+	LWLockRelease(dlock_partition_lock(hash));
 }
 
 /*
@@ -548,16 +556,13 @@ dlock_grant_committed(const DLockKey *key, uint32 hash, uint64 token)
 void
 dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_deleted)
 {
-	LWLock	   *lock = dlock_partition_lock(hash);
 	DLockEntry *lease;
 
 	dlock_wake_init();
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = dlock_find_lease(key, hash, token);
+	lease = lock_lease(key, hash, token);
 	if (lease != NULL)
 	{
 		DLockEntry *head = dlock_head_of(lease);
-
 		int64		now = dlock_mono_now();
 
 		if (row_deleted)
@@ -568,7 +573,7 @@ dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_dele
 			dlock_end_lease(lease);
 		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
-	LWLockRelease(lock);
+	LWLockRelease(dlock_partition_lock(hash));
 	dlock_wake_all();
 }
 
@@ -582,12 +587,10 @@ void
 dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 						 int64 expires, int64 version)
 {
-	LWLock	   *lock = dlock_partition_lock(hash);
 	DLockEntry *lease;
 
 	dlock_wake_init();
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = dlock_find_lease(key, hash, token);
+	lease = lock_lease(key, hash, token);
 	if (lease != NULL)
 	{
 		dlock_unpin(lease);
@@ -600,7 +603,7 @@ dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 		}
 		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
-	LWLockRelease(lock);
+	LWLockRelease(dlock_partition_lock(hash));
 	dlock_wake_all();
 }
 
