@@ -1558,6 +1558,7 @@ dlock_store_delete(const DLockKey *key, uint64 token)
 	AsOwner		saved;
 	Datum		args[2];
 	XLogRecPtr	wal_before = XactLastRecEnd;
+	bool		direct;
 
 	if (!registered)
 	{
@@ -1567,7 +1568,8 @@ dlock_store_delete(const DLockKey *key, uint64 token)
 	check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
-	if (!delete_direct(args[0], args[1]))
+	direct = delete_direct(args[0], args[1]);
+	if (!direct)
 	{
 		spi_begin(&saved, true, false);
 		if (plan_delete == NULL)
@@ -1581,8 +1583,10 @@ dlock_store_delete(const DLockKey *key, uint64 token)
 			elog(ERROR, "could not delete a dlock lease row");
 		spi_end(&saved);
 	}
-	if (wal_before == InvalidXLogRecPtr ||
-		(release_wal == RELEASE_WAL_ONLY && wal_before == release_wal_end))
+	/* through SQL, an owner's trigger may have written more than the row */
+	if (direct &&
+		(wal_before == InvalidXLogRecPtr ||
+		 (release_wal == RELEASE_WAL_ONLY && wal_before == release_wal_end)))
 	{
 		release_wal = RELEASE_WAL_ONLY;
 		release_wal_end = XactLastRecEnd;

@@ -90,6 +90,24 @@ is($node->safe_psql('postgres',
 	'g', 'rows: only g is held');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM t'), '2', 'the other writes committed');
 
+# with an owner's trigger on the table, rows are written through SQL and the
+# trigger may write more than the row: a release then waits
+$node->safe_psql('postgres', q{
+SET synchronous_commit = local;
+CREATE TABLE audit (op text);
+CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS
+	$$ BEGIN INSERT INTO audit VALUES (TG_OP); RETURN NULL; END $$;
+CREATE TRIGGER audit AFTER INSERT OR DELETE ON dlock_leases
+	FOR EACH ROW EXECUTE FUNCTION audit();
+});
+commit_waits("SELECT dlock_try('h', '1 hour', 'o')");
+is(commit_waits("SELECT dlock_release('h', 'o')"), 1,
+	'a release whose row goes through an owner\'s trigger waits');
+is($node->safe_psql('postgres', "SELECT string_agg(op, ',' ORDER BY op) FROM audit"),
+	'DELETE,INSERT', 'the trigger saw the grant and the release');
+$node->safe_psql('postgres',
+	'SET synchronous_commit = local; DROP TRIGGER audit ON dlock_leases');
+
 # synchronous_commit is the caller's again after a release's commit
 is($node->safe_psql('postgres',
 		"SELECT dlock_release('g', 'o'); SHOW synchronous_commit"),
