@@ -28,6 +28,7 @@
 #include "utils/acl.h"
 #include "utils/memutils.h"
 
+#include "compat.h"
 #include "lease.h"
 #include "store.h"
 #include "tokens.h"
@@ -85,7 +86,7 @@ kind_conflict(const DLockRequest *req, int permits)
 			 errhint("Every caller must ask for the same permits while a name is held or awaited.")));
 }
 
-static void too_many_pinners(const DLockRequest *req) pg_attribute_noreturn();
+pg_noreturn static void too_many_pinners(const DLockRequest *req);
 
 static void
 too_many_pinners(const DLockRequest *req)

@@ -53,6 +53,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "compat.h"
 #include "engine.h"
 #include "store.h"
 #include "tokens.h"
@@ -1258,7 +1259,7 @@ insert_direct(Datum *values, bool *nulls)
 		index_insert(index, key, keynulls, &tuple->t_self, rel,
 					 UNIQUE_CHECK_YES, false, info);
 	}
-	row_places[row_places_next].relfilenode = rel->rd_node.relNode;
+	row_places[row_places_next].relfilenode = DLockRelFileNumber(rel);
 	row_places[row_places_next].token = DatumGetInt64(values[ATT_TOKEN - 1]);
 	row_places[row_places_next].tid = tuple->t_self;
 	row_places_next = (row_places_next + 1) % ROW_PLACES;
@@ -1285,7 +1286,7 @@ row_place(Relation rel, Datum name, Datum token, Snapshot snapshot)
 		Buffer		buffer;
 
 		if (place->token != (uint64) DatumGetInt64(token) ||
-			place->relfilenode != rel->rd_node.relNode ||
+			place->relfilenode != DLockRelFileNumber(rel) ||
 			ItemPointerGetBlockNumber(&place->tid) >= RelationGetNumberOfBlocks(rel))
 			continue;
 		tuple.t_self = place->tid;

@@ -24,6 +24,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "compat.h"
 #include "engine.h"
 #include "tokens.h"
 #include "wait.h"
@@ -107,14 +108,15 @@ void
 dlock_wait_prepare(void)
 {
 	MemoryContext oldcxt;
+	int			slot = DLockMyProcIndex();
 
 	if (my_slot != NULL)
 		return;
-	if (MyBackendId == InvalidBackendId || MyBackendId > MaxBackends)
+	if (slot < 0 || slot >= MaxBackends)
 		elog(ERROR, "dlock waits need a regular backend");
 
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	wait_set = DLockCreateWaitEventSet(3);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	/* Notice a client that hung up while waiting, so its place is freed. */
@@ -122,7 +124,7 @@ dlock_wait_prepare(void)
 		AddWaitEventToSet(wait_set, WL_SOCKET_CLOSED, MyProcPort->sock, NULL, NULL);
 	MemoryContextSwitchTo(oldcxt);
 
-	my_slot = &slots[MyBackendId - 1];
+	my_slot = &slots[slot];
 	my_slot->proc = MyProc;
 	my_slot->pid = MyProcPid;
 	my_slot->state = DLOCK_WAIT_NONE;
