@@ -97,8 +97,19 @@ SELECT dlock_try('bulk-lock', '1 hour', 'bulk') AS bulk_tok \gset
 BEGIN;
 UPDATE bulk SET tok = :bulk_tok;
 DELETE FROM bulk WHERE id <= 10000;
+-- (the transaction's memory context and those directly under it: 15 to 17
+-- name a context's parent, 18 gives each context its path of ids instead)
+SELECT current_setting('server_version_num')::int >= 180000 AS context_paths \gset
+\if :context_paths
+WITH c AS MATERIALIZED (SELECT * FROM pg_backend_memory_contexts),
+	t AS (SELECT * FROM c WHERE name = 'TopTransactionContext')
+SELECT sum(c.total_bytes) < 1024 * 1024 AS flat_memory FROM c, t
+WHERE c.level <= t.level + 1 AND c.path[t.level] = t.path[t.level] \gset
+\else
 SELECT sum(total_bytes) < 1024 * 1024 AS flat_memory FROM pg_backend_memory_contexts
-WHERE name = 'TopTransactionContext' OR parent = 'TopTransactionContext';
+WHERE name = 'TopTransactionContext' OR parent = 'TopTransactionContext' \gset
+\endif
+SELECT :'flat_memory' AS flat_memory;
 SELECT count(*) AS rows_fenced FROM bulk WHERE tok = :bulk_tok;
 COMMIT;
 DROP TABLE bulk;

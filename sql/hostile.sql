@@ -30,10 +30,13 @@ SELECT count(*) AS leases_at_start FROM dlock_locks WHERE name LIKE '%h-%';
 SELECT dlock_try('h-sentinel', '1 hour', 'guard') AS sentinel \gset
 SELECT expires_at AS sentinel_expires FROM dlock_locks WHERE name = 'h-sentinel' \gset
 
--- The largest and smallest intervals PostgreSQL 15 can represent (it has no
--- 'infinity' interval).
+-- The largest and smallest intervals PostgreSQL 15 and 16 can represent;
+-- from 17 on the same values are 'infinity' and '-infinity'.  dlock takes
+-- them as infinite on every version: an infinite ttl is refused (22023),
+-- an infinite timeout waits without limit, a negative one is refused.
 -- (Kept as input text: PostgreSQL 15 prints the smallest one in a form its
--- own input rejects.)
+-- own input rejects.  17 prints them as infinity and -infinity, and GUC
+-- range errors there name the unit of both bounds: expected/hostile_1.out.)
 \set max_iv '178956970 years 7 months 2147483647 days 2562047788 hours 54.775807 seconds'
 \set min_iv '-178956970 years -8 months -2147483648 days -2562047788 hours -54.775808 seconds'
 SELECT :'max_iv'::interval AS max_interval, :'min_iv'::interval AS min_interval;

@@ -23,6 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "args.h"
+#include "compat.h"
 #include "lease.h"
 #include "store.h"
 #include "wait.h"
@@ -78,7 +79,7 @@ dlock_owner(PG_FUNCTION_ARGS)
 /*
  * Interval to microseconds, counting a month as 30 days.  Out of range, it
  * saturates at the bound on the interval's side, so a huge negative interval
- * stays negative.
+ * stays negative; so do the infinite intervals (see compat.h).
  */
 int64
 dlock_interval_usecs(const Interval *span)
@@ -86,6 +87,10 @@ dlock_interval_usecs(const Interval *span)
 	int64		days;
 	int64		result;
 
+	if (INTERVAL_IS_NOEND(span))
+		return PG_INT64_MAX;
+	if (INTERVAL_IS_NOBEGIN(span))
+		return PG_INT64_MIN;
 	if (pg_mul_s64_overflow((int64) span->month, DAYS_PER_MONTH, &days) ||
 		pg_add_s64_overflow(days, span->day, &days) ||
 		pg_mul_s64_overflow(days, USECS_PER_DAY, &result) ||
@@ -102,12 +107,19 @@ dlock_interval_usecs(const Interval *span)
 static int64
 ttl_arg(FunctionCallInfo fcinfo, int argno)
 {
+	Interval   *span;
 	int64		ttl;
 
 	if (PG_ARGISNULL(argno))
 		return (int64) dlock_default_ttl_ms * 1000;
 
-	ttl = dlock_interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	span = PG_GETARG_INTERVAL_P(argno);
+	if (INTERVAL_NOT_FINITE(span))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be finite"),
+				 errhint("Renew long leases instead of asking for a longer ttl.")));
+	ttl = dlock_interval_usecs(span);
 	if (ttl > DLOCK_TTL_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -120,7 +132,10 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
 	return ttl;
 }
 
-/* Timeout in microseconds; -1 waits without limit. */
+/*
+ * Timeout in microseconds; -1 waits without limit, as does 'infinity' (a
+ * negative timeout, '-infinity' too, is refused).
+ */
 static int64
 timeout_arg(FunctionCallInfo fcinfo, int argno)
 {
