@@ -29,9 +29,13 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # The two commands of the README; both run as root or as a user who can install.
-.PHONY: test demo bench valgrind
+.PHONY: test demo bench valgrind test-versions
 test:
 	bash test/run-tests.sh
+# every suite but the clients' on PostgreSQL 15, 17 and 18, each in a Debian
+# root of its own (tools/root.sh; as root); DLOCK_VERSIONS chooses versions
+test-versions:
+	bash test/versions.sh
 demo:
 	bash tools/demo.sh
 bench:

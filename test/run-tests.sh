@@ -13,7 +13,12 @@
 #                  status 0 = pass (see test/suites/README)
 #     Every suite starts its own throwaway servers; no running server is
 #     needed or touched.
-#  4. Servers left running under the scratch directory are stopped, also on
+#  4. the other PostgreSQL versions, each in a Debian root of its own
+#     (tools/root.sh; made when missing, which needs root): test/versions.sh
+#     builds and installs dlock in the root and runs regress and isolation
+#     there, counted as the suites regress@17, isolation@17, regress@18...
+#     (one test per pg_regress test or isolation spec, as above)
+#  5. Servers left running under the scratch directory are stopped, also on
 #     Ctrl-C or kill.
 #
 # Output ends with each suite's wall time, the total, and as the very last
@@ -24,6 +29,13 @@
 #   DLOCK_TEST_DIR       scratch base directory (default: test/tmp)
 #   DLOCK_SUITE_TIMEOUT  seconds allowed for each suite (default 900)
 #   DLOCK_SKIP_SETUP=1   do not run tools/setup.sh
+#   DLOCK_SUITES         run only these suites (default: all), of: regress
+#                        isolation tap, the name of a test/suites script
+#                        without .sh (fuzz, stress...), and regress@VERSION
+#                        or isolation@VERSION
+#   DLOCK_TEST_VERSIONS  the other versions, tested in their roots (default
+#                        "17 18"; empty: none)
+#   DLOCK_PROVE_TESTS    TAP files to run instead of test/tap/*.pl
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -211,17 +223,43 @@ fatal() {
 	finish
 }
 
+# Whether DLOCK_SUITES asks for suite $1 (all do when it is unset).
+want() {
+	[[ -z "${DLOCK_SUITES+set}" ]] || [[ " $DLOCK_SUITES " == *" $1 "* ]]
+}
+
+# The other versions, and which of their suites to run.
+test_versions=${DLOCK_TEST_VERSIONS-17 18}
+declare -A version_suites=()
+for v in $test_versions; do
+	for s in regress isolation; do
+		want "$s@$v" && version_suites[$v]+="$s "
+	done
+done
+
+# Whether a suite runs here (not only in another version's root): only then
+# is dlock built and installed here.
+host_suites=1
+if [[ -n "${DLOCK_SUITES+set}" ]]; then
+	host_suites=0
+	for s in $DLOCK_SUITES; do
+		[[ "$s" == *@* ]] || host_suites=1
+	done
+fi
+
 # ---------------------------------------------------------------- setup, build
 if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
 	hr "setup"
 	bash "$top/tools/setup.sh" || fatal "tools/setup.sh failed"
 fi
 
-hr "build"
-t0=$(now)
-make -s || fatal "make failed"
-make -s install >/dev/null || fatal "make install failed (run as root, or as a user who can write to $("$PG_CONFIG" --pkglibdir))"
-timings+=("build+install $(secs "$t0" "$(now)") s")
+if ((host_suites)); then
+	hr "build"
+	t0=$(now)
+	make -s || fatal "make failed"
+	make -s install >/dev/null || fatal "make install failed (run as root, or as a user who can write to $("$PG_CONFIG" --pkglibdir))"
+	timings+=("build+install $(secs "$t0" "$(now)") s")
+fi
 
 # ---------------------------------------------------------------- scratch copy
 # The test user must be able to reach the scratch directory; a checkout
@@ -244,7 +282,9 @@ n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n server process(es) left by an earlier run"
 rm -rf "$scratch" "$logdir" || fatal "cannot remove the old $scratch"
 mkdir -p "$scratch" "$logdir"
-copy_checkout "$top" "$scratch" || fatal "cannot copy the checkout to $scratch"
+if ((host_suites)); then
+	copy_checkout "$top" "$scratch" || fatal "cannot copy the checkout to $scratch"
+fi
 if ((${#as_test_user[@]})); then
 	chown -R "$test_user:" "$scratch" "$logdir" || fatal "cannot chown $scratch"
 fi
@@ -285,7 +325,22 @@ record() {
 	echo "--- $suite: $p passed, $f failed, $s s"
 }
 
-# pg_regress-style suites: one test per "name ... ok|FAILED" line.
+# One line per test pg_regress or pg_isolation_regress reported in log $1:
+# "name ok" or "name failed".  15 prints "test name ... ok" (or FAILED, or a
+# diff error such as a missing expected file; "failed (ignored)" counts as
+# ok); 16 and later print TAP: "ok 3 - name 20 ms", "not ok 7 - name ...".
+regress_results() {
+	sed -nE \
+		-e 's/^(test|     ) *([^ ]+) +\.\.\. (ok|failed \(ignored\)).*/\2 ok/p' \
+		-e 't' \
+		-e 's/^(test|     ) *([^ ]+) +\.\.\. .*/\2 failed/p' \
+		-e 't' \
+		-e 's/^ok +[0-9]+ +[-+] +([^ ]+) .*/\1 ok/p' \
+		-e 't' \
+		-e 's/^not ok +[0-9]+ +[-+] +([^ ]+) .*/\1 failed/p' "$1"
+}
+
+# pg_regress-style suites: one test per test that pg_regress reports.
 # run_pg_regress_suite <suite> <diffs file> "<test names>" <command...>
 run_pg_regress_suite() {
 	local suite=$1 diffs=$2 tests=$3
@@ -299,16 +354,12 @@ run_pg_regress_suite() {
 	rc=${PIPESTATUS[0]}
 	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
 	s=$(secs "$t0" "$(now)")
-	p=$(grep -cE '^(test|     ) *[^ ]+ +\.\.\. (ok|failed \(ignored\))' "$log")
-	# Anything else after "name ... " is a failure: "FAILED", or a diff
-	# error such as a missing expected file (pg_regress then stops).
-	mapfile -t names < <(grep -E '^(test|     ) *[^ ]+ +\.\.\. ' "$log" |
-		grep -vE '\.\.\. (ok|failed \(ignored\))' |
-		sed -E 's/^(test|     ) *([^ ]+) +\.\.\. .*/\2/')
+	p=$(regress_results "$log" | grep -c ' ok$')
+	mapfile -t names < <(regress_results "$log" | sed -n 's/ failed$//p')
 	f=${#names[@]}
 	# pg_regress stops at some errors (a missing expected file, say): the
 	# tests it never reached count as failed too.
-	seen=" $(grep -E '^(test|     ) *[^ ]+ +\.\.\. ' "$log" | sed -E 's/^(test|     ) *([^ ]+) .*/\2/' | tr '\n' ' ') "
+	seen=" $(regress_results "$log" | cut -d' ' -f1 | tr '\n' ' ') "
 	for t in $tests; do
 		if [[ "$seen" != *" $t "* ]]; then
 			names+=("$t (not run)")
@@ -340,7 +391,8 @@ run_tap_suite() {
 	current=$suite
 	t0=$(now)
 	watchdog_start
-	run_as_test_user make --no-print-directory installcheck REGRESS= ISOLATION= 2>&1 | tee "$log"
+	run_as_test_user make --no-print-directory installcheck REGRESS= ISOLATION= \
+		${DLOCK_PROVE_TESTS:+PROVE_TESTS="$DLOCK_PROVE_TESTS"} 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
 	s=$(secs "$t0" "$(now)")
@@ -405,9 +457,57 @@ run_script_suite() {
 	current=""
 }
 
+# The suites $2... (regress, isolation) on PostgreSQL $1, in its root, by
+# test/versions.sh (as root: it makes the root when missing and chroots into
+# it), recorded as regress@$1 and so on from the summary of the run-tests.sh
+# it runs in the root.  A version whose root, build or install failed counts
+# one failed test per suite asked for.
+run_version_suites() {
+	local v=$1 step="versions@$1" log t0 rc s line want_s p f sf names
+	shift
+	log=$logdir/$step.log
+	hr "$step: $*"
+	current=$step
+	t0=$(now)
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "run-tests: $step needs root (it chroots into tools/root.sh's root);" \
+			"run as root, or leave the other versions out with DLOCK_TEST_VERSIONS=" | tee "$log"
+		rc=1
+	else
+		watchdog_start
+		DLOCK_VERSION_SUITES="$*" bash "$top/test/versions.sh" "$v" 2>&1 | tee "$log"
+		rc=${PIPESTATUS[0]}
+		watchdog_stop && echo "--- $step timed out after $suite_timeout s" && rc=124
+	fi
+	s=$(secs "$t0" "$(now)")
+	for want_s in "$@"; do
+		# "--- regress: 10 passed, 0 failed, 9.1 s" of the run in the root,
+		# and its failed tests, listed as "  regress: hostile"
+		line=$(grep -E "^--- $want_s: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+		names=()
+		if [[ -z "$line" ]]; then
+			p=0
+			f=1
+			names=("did not run (exit status $rc; see $log)")
+		else
+			p=$(echo "$line" | sed -E 's/^--- [^:]+: ([0-9]+) passed.*/\1/')
+			f=$(echo "$line" | sed -E 's/^--- [^:]+: [0-9]+ passed, ([0-9]+) failed.*/\1/')
+			mapfile -t names < <(sed -nE "s/^  $want_s: (.*)/\1/p" "$log")
+			sf=$(echo "$line" | sed -E 's/.* failed, ([0-9.]+) s.*/\1/')
+		fi
+		record "$want_s@$v" "$p" "$f" "${sf:-$s}" "${names[@]}"
+		sf=
+	done
+	timings+=("$(printf '%-28s %6s s  (root, build, install and the suites above)' "$step" "$s")")
+	echo "--- $step: $s s in all; log: $log"
+	current=""
+}
+
 # ---------------------------------------------------------------- suites
 regress_tests=$(make_var REGRESS)
-if [[ -n "$regress_tests" ]]; then
+if ! want regress; then
+	:
+elif [[ -n "$regress_tests" ]]; then
 	run_pg_regress_suite regress "$scratch/regression.diffs" "$regress_tests" \
 		make --no-print-directory installcheck ISOLATION= TAP_TESTS=
 else
@@ -417,7 +517,9 @@ n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
 isolation_tests=$(make_var ISOLATION)
-if [[ -n "$isolation_tests" ]]; then
+if ! want isolation; then
+	:
+elif [[ -n "$isolation_tests" ]]; then
 	run_pg_regress_suite isolation "$scratch/test/isolation/output/regression.diffs" "$isolation_tests" \
 		make --no-print-directory installcheck REGRESS= TAP_TESTS=
 else
@@ -426,7 +528,9 @@ fi
 n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
-if [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/tap/*.pl" >/dev/null; then
+if ! want tap; then
+	:
+elif [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/tap/*.pl" >/dev/null; then
 	run_tap_suite
 else
 	echo "tap: no tests, skipped"
@@ -437,10 +541,15 @@ n=$(stop_scratch_servers)
 declare -A seen_script=()
 for script in test/suites/*.sh; do
 	[[ -f "$scratch/$script" && -x "$scratch/$script" ]] || continue
+	want "$(basename "$script" .sh)" || continue
 	real=$(readlink -f "$scratch/$script")
 	[[ -n "${seen_script[$real]:-}" ]] && continue
 	seen_script[$real]=1
 	run_script_suite "$script"
+done
+
+for v in $test_versions; do
+	[[ -n "${version_suites[$v]:-}" ]] && run_version_suites "$v" ${version_suites[$v]}
 done
 
 finish

@@ -20,6 +20,7 @@ required=(
 	libipc-run-perl
 	libkrb5-dev	# PostgreSQL's libpq-be.h includes the gssapi headers
 	faketime	# libfaketime: test/tap/026_clock.pl steps the servers' wall clock
+	debootstrap	# tools/root.sh: the roots of PostgreSQL 17 and 18 (run-tests.sh)
 )
 # Used by later tests and benchmarks; cheap, so installed as well.
 extra=(
