@@ -54,7 +54,7 @@
  * before the declaration, instead of the pg_attribute_noreturn() of 15 to
  * 17, put after it; GCC and clang take that attribute before it too.
  */
-#ifndef pg_noreturn
+#if PG_VERSION_NUM < 180000
 #define pg_noreturn pg_attribute_noreturn()
 #endif
 
@@ -72,7 +72,7 @@
  * pg_upgrade too), so dlock takes them as infinite on every version: an
  * interval gets the same answer whatever the server's version.
  */
-#ifndef INTERVAL_NOT_FINITE
+#if PG_VERSION_NUM < 170000
 #define INTERVAL_IS_NOBEGIN(i) \
 	((i)->month == PG_INT32_MIN && (i)->day == PG_INT32_MIN && \
 	 (i)->time == PG_INT64_MIN)

@@ -67,7 +67,7 @@ t_all=$(now)
 
 # Runs one version; sets p, f and line.
 test_version() {
-	local v=$1 root dir log t0 out rc ver parts s sp sf lock
+	local v=$1 root dir log t0 out rc ver parts s t st named
 	t0=$(now)
 	p=0
 	f=1
@@ -116,6 +116,13 @@ test_version() {
 			name=${name#suite:suites/}
 			printf '%s %d/%d, ' "${name%.sh}" "$sp" $((sp + sf))
 		done)
+	# the crash and promotion tests by name, when TAP ran them
+	named=
+	for t in 020_crash 021_promote; do
+		st=$(sed -nE "s#^test/tap/$t\.pl \.+ ([^,]*).*#\1#p" "$log" | tail -n 1)
+		[[ -n "$st" ]] && named+="${named:+, }$t $st"
+	done
+	[[ -n "$named" ]] && parts=$(echo "$parts" | sed -E "s#(tap [0-9]+/[0-9]+)#\1 ($named)#")
 	line="${ver:-PostgreSQL $v}: ${parts:-no suite ran (exit status $rc)}"
 	line="${line%, }; $p passed, $f failed in $s s"
 	if ((f > 0)); then

@@ -12,8 +12,8 @@
 #     the primary -- these never reach the standby -- plus tokens from a
 #     transaction that never commits and from memory-only mode.  The largest
 #     token the old primary ever issued is recorded, and it is stopped.
-#  4. The standby is promoted while replay is still paused.  PostgreSQL 15
-#     ends the pause and, before promoting, replays all WAL it has already
+#  4. The standby is promoted while replay is still paused.  PostgreSQL (15
+#     to 18) ends the pause and, before promoting, replays all WAL it has already
 #     received (xlogrecovery.c: "After being triggered, we still want to
 #     replay all the WAL that was already streamed"): so the changes of step
 #     2 are applied, and those of step 3 are not.  On the new primary,

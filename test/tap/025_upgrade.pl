@@ -53,6 +53,8 @@ my $new = PostgreSQL::Test::Cluster->new('new');
 $new->init;
 $new->append_conf('postgresql.conf', $conf);
 my $bindir = $new->config_data('--bindir');
+# (old and new are the same major version: the one under test)
+my ($major) = $new->config_data('--version') =~ /(\d+)/;
 my $workdir = tempdir(CLEANUP => 1);
 chdir $workdir;
 command_ok(
@@ -62,7 +64,7 @@ command_ok(
 		'-b', $bindir, '-B', $bindir,
 		'-s', $new->host, '-p', $old->port, '-P', $new->port
 	],
-	'pg_upgrade from 15 to 15');
+	"pg_upgrade from $major to $major");
 $new->start;
 my $t3 = $new->safe_psql('postgres', q{SELECT dlock_try('job', '1 minute', 'after')});
 cmp_ok($t3, '>', $t2, "after pg_upgrade, a new token ($t3) is above every old one ($t2)");

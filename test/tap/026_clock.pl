@@ -32,7 +32,7 @@
 #     with the clock ahead of the row's old expiry, restores the lease again.
 #  h. Without libfaketime and with the worker on: the worker's sweeper does
 #     that by itself after a rebuild.
-# libfaketime and PostgreSQL 15 do not fully agree: code that runs in a
+# libfaketime and PostgreSQL (15 to 18) do not fully agree: code that runs in a
 # signal handler while the process waits can see the real clock, and so can
 # processes the postmaster starts from its signal handlers (background
 # workers, and after a crash the startup process).  So PostgreSQL's own
