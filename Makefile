@@ -32,8 +32,8 @@ include $(PGXS)
 .PHONY: test demo bench valgrind test-versions
 test:
 	bash test/run-tests.sh
-# every suite but the clients' on PostgreSQL 15, 17 and 18, each in a Debian
-# root of its own (tools/root.sh; as root); DLOCK_VERSIONS chooses versions
+# regress, isolation, TAP and a 30 s fuzz on PostgreSQL 15, 17 and 18, each in
+# a Debian root of its own (tools/root.sh; as root); DLOCK_VERSIONS chooses
 test-versions:
 	bash test/versions.sh
 demo:
