@@ -1,11 +1,16 @@
 # dlock: distributed leases for PostgreSQL (PGXS build)
 
 EXTENSION = dlock
-EXTVERSION = 1.0
+# the version CREATE EXTENSION installs: dlock.control's default_version
+EXTVERSION = $(shell sed -n "s/^default_version *= *'\\(.*\\)'/\\1/p" $(srcdir)/dlock.control)
 
 MODULE_big = dlock
 OBJS = src/dlock.o src/engine.o src/tokens.o src/wait.o src/xact.o src/lease.o src/store.o src/worker.o src/api.o src/fence.o
-DATA = sql/dlock--$(EXTVERSION).sql
+# 1.0's script and every upgrade script after it: CREATE EXTENSION runs 1.0's
+# and then the chain up to EXTVERSION; ALTER EXTENSION UPDATE runs the rest
+# of the chain.  A change to the SQL goes into the next upgrade script, never
+# into a released one (sql/upgrade.sql compares the two ways of getting there).
+DATA = $(sort $(wildcard sql/dlock--*.sql))
 
 # pg_regress tests: every sql/*.sql but the extension's own scripts, setup
 # (which creates the extension) first; adding a test is adding its files
