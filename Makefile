@@ -48,6 +48,11 @@ valgrind:
 .PHONY: indent
 indent: all
 	bash tools/indent.sh src/*.c src/*.h cli/*.c $(wildcard cli/*.h)
+# dead rows of dlock_leases under CHURN_MINUTES (10) of churn, 1.0's table
+# settings beside the current ones (bench/churn.sh); not part of make test
+.PHONY: churn
+churn: install
+	bash bench/churn.sh
 # the fuzz back to back with crashes, for SOAK_MINUTES (default 10); not part of make test
 .PHONY: soak
 soak:
