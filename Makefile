@@ -58,11 +58,16 @@ churn: install
 soak:
 	bash test/soak.sh
 
-# The dlock command (cli/): built by make, installed next to PostgreSQL's binaries.
+# The dlock command (cli/): built by make, installed next to PostgreSQL's
+# binaries; WITH_CLI=no leaves it out (the Debian packages ship it in a
+# package of its own, dlock-cli: see debian/rules).
+WITH_CLI ?= yes
 .PHONY: cli install-cli uninstall-cli clean-cli
+ifeq ($(WITH_CLI),yes)
 all: cli
 install: install-cli
 uninstall: uninstall-cli
+endif
 clean: clean-cli
 cli:
 	$(MAKE) -C cli PG_CONFIG=$(PG_CONFIG)
@@ -72,3 +77,16 @@ uninstall-cli:
 	$(MAKE) -C cli uninstall PG_CONFIG=$(PG_CONFIG)
 clean-cli:
 	$(MAKE) -C cli clean
+
+# Debian packages (tools/deb.sh), built from a copy of the checkout: on this
+# machine into build/, or with PG_VERSIONS="15 17 18" in each version's Debian
+# root (tools/root.sh) into build/pgNN/.  test-deb builds them in the root of
+# each version of PG_VERSIONS (default 15), installs them with dpkg -i into a
+# throwaway copy of that root and runs the demo there (test/deb.sh).  Both
+# need root for the roots (chroot); not part of make test.
+.PHONY: deb test-deb
+deb:
+	bash tools/deb.sh $(PG_VERSIONS)
+test-deb:
+	bash tools/deb.sh $(or $(PG_VERSIONS),15)
+	bash test/deb.sh $(or $(PG_VERSIONS),15)

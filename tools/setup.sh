@@ -29,6 +29,14 @@ extra=(
 	python3-psycopg
 	libpostgresql-jdbc-java
 )
+# make deb and make test-deb: Debian's tooling for PostgreSQL extensions, and
+# debootstrap for the Debian root of each PostgreSQL version (tools/root.sh).
+extra+=(
+	debhelper
+	dpkg-dev
+	postgresql-server-dev-all	# pg_buildext, debhelper's pgxs_loop
+	debootstrap
+)
 # The client examples' tests (test/suites/client-*.sh) compile Java and run
 # Node.js with npm.  Checked by command, so that another provider counts:
 # NodeSource's nodejs, for one, bundles npm and conflicts with Debian's npm.
