@@ -11,19 +11,21 @@
 # one with the current version; each gets CHURN_CLIENTS pgbench clients
 # running durable dlock_try + dlock_release on random names (the cycle of
 # make bench) for CHURN_MINUTES.  Every 10 s it samples pg_stat_user_tables
-# and the table's sizes; at the end it prints, per version, the cycles run,
-# the highest and the final dead-row count, autovacuum runs and the heap and
-# index sizes.  Samples: $DLOCK_LOGDIR or /tmp, churn-<version>.tsv.
+# and the table's sizes while the load runs; at the end it prints, per
+# version, cycles per second, the highest and the median dead-row count,
+# autovacuum runs and the largest heap and index.  Samples: $DLOCK_LOGDIR or /tmp, churn-<version>.tsv.
 #
-# Environment: CHURN_MINUTES (10), CHURN_CLIENTS (4), PG_CONFIG.
+# Environment: CHURN_MINUTES (10), CHURN_CLIENTS (4), CHURN_NAPTIME
+# (autovacuum_naptime, default PostgreSQL's 1min), PG_CONFIG.
 set -euo pipefail
 
 minutes=${CHURN_MINUTES:-10}
+naptime=${CHURN_NAPTIME:-1min}
 clients=${CHURN_CLIENTS:-4}
 out=${DLOCK_LOGDIR:-/tmp}
 
 if [ "$(id -u)" = 0 ]; then
-	exec runuser -u postgres -- env CHURN_MINUTES="$minutes" CHURN_CLIENTS="$clients" \
+	exec runuser -u postgres -- env CHURN_MINUTES="$minutes" CHURN_CLIENTS="$clients" CHURN_NAPTIME="$naptime" \
 		DLOCK_LOGDIR="$out" ${PG_CONFIG:+PG_CONFIG="$PG_CONFIG"} bash "$0" "$@"
 fi
 
@@ -37,7 +39,7 @@ if [ "${1:-}" = --side ]; then
 	srv_dirs
 	srv_trap
 	srv_initdb
-	srv_conf "$3" "max_connections = 50"
+	srv_conf "$3" "max_connections = 50" "autovacuum_naptime = '$naptime'"
 	srv_start
 	srv_env
 	if [ "$version" = current ]; then
@@ -54,25 +56,24 @@ if [ "${1:-}" = --side ]; then
 	tsv=$out/churn-$version.tsv
 	echo -e "seconds\tdead\tlive\theap_bytes\tindex_bytes\tautovacuums" >"$tsv"
 	start=$(date +%s)
-	while kill -0 "$bench" 2>/dev/null; do
-		sleep 10
+	while sleep 10 && kill -0 "$bench" 2>/dev/null; do
 		"$bindir/psql" -X -At -F $'\t' -c "SELECT $(($(date +%s) - start)), n_dead_tup, n_live_tup,
 			pg_relation_size(relid), pg_indexes_size(relid), autovacuum_count
 			FROM pg_stat_user_tables WHERE relname = 'dlock_leases'" >>"$tsv" || true
 	done
 	wait "$bench"
 	cycles=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$tmp/pgbench.out")
-	awk -F'\t' -v v="$version" -v c="$cycles" 'NR > 1 {
-			if ($2 > max) max = $2; last = $0; split($0, f, "\t")
-		}
+	# samples under load only: dead rows (highest, median), sizes (highest)
+	sort -t$'\t' -k2,2n <(tail -n +2 "$tsv") | awk -F'\t' -v v="$version" -v c="$cycles" -v m="$minutes" '
+		{ dead[NR] = $2; if ($4 > heap) heap = $4; if ($5 > idx) idx = $5; if ($6 > av) av = $6 }
 		END {
-			printf "%-8s cycles %10d   dead rows: highest %7d, at the end %7d   autovacuums %3d   heap %6.1f MB  index %6.1f MB\n",
-				v, c, max, f[2], f[6], f[4] / 1048576, f[5] / 1048576
-		}' "$tsv"
+			printf "%-8s %7.0f cycles/s   dead rows: highest %8d, median %8d   autovacuums %3d   highest heap %6.1f MB, index %6.1f MB\n",
+				v, c / (m * 60), dead[NR], dead[int((NR + 1) / 2)], av, heap / 1048576, idx / 1048576
+		}'
 	exit 0
 fi
 
-echo "churn: $clients clients per version for $minutes min, both versions at once"
+echo "churn: $clients clients per version for $minutes min, both versions at once, autovacuum_naptime $naptime"
 bash "$0" --side 1.0 54381 >"$out/churn-1.0.out" 2>&1 &
 a=$!
 bash "$0" --side current 54382 >"$out/churn-current.out" 2>&1 &
