@@ -31,6 +31,10 @@ EXTRA_CLEAN = tmp_regress tmp_iso tmp_check test/isolation/output results regres
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
+# without PGXS, `test` would be the first target and call make again, forever
+ifeq ($(PGXS),)
+$(error $(PG_CONFIG) does not work: set PG_CONFIG to a PostgreSQL pg_config)
+endif
 include $(PGXS)
 
 # The two commands of the README; both run as root or as a user who can install.

@@ -21,13 +21,18 @@ required=(
 	libkrb5-dev	# PostgreSQL's libpq-be.h includes the gssapi headers
 	faketime	# libfaketime: test/tap/026_clock.pl steps the servers' wall clock
 )
-# Used by later tests and benchmarks; cheap, so installed as well.
+# Used by later tests and benchmarks; cheap, so installed as well.  (On a
+# host that runs systemd and has no policy-rc.d, installing the Prometheus
+# packages starts their services, as any Debian service package does.)
 extra=(
 	gnuplot-nox
 	redis-server
 	pgbouncer
 	python3-psycopg
 	libpostgresql-jdbc-java
+	prometheus-postgres-exporter	# test/suites/metrics.sh runs it with metrics/queries.yaml
+	prometheus	# its promtool checks metrics/alerts.yaml
+	curl		# test/suites/metrics.sh reads /metrics with it
 )
 # make deb and make test-deb: Debian's tooling for PostgreSQL extensions, and
 # debootstrap for the Debian root of each PostgreSQL version (tools/root.sh).
