@@ -1,11 +1,16 @@
 # dlock: distributed leases for PostgreSQL (PGXS build)
 
 EXTENSION = dlock
-EXTVERSION = 1.0
+# the version CREATE EXTENSION installs: dlock.control's default_version
+EXTVERSION = $(shell sed -n "s/^default_version *= *'\\(.*\\)'/\\1/p" $(srcdir)/dlock.control)
 
 MODULE_big = dlock
 OBJS = src/dlock.o src/engine.o src/tokens.o src/wait.o src/xact.o src/lease.o src/store.o src/worker.o src/api.o src/fence.o
-DATA = sql/dlock--$(EXTVERSION).sql
+# 1.0's script and every upgrade script after it: CREATE EXTENSION runs 1.0's
+# and then the chain up to EXTVERSION; ALTER EXTENSION UPDATE runs the rest
+# of the chain.  A change to the SQL goes into the next upgrade script, never
+# into a released one (sql/upgrade.sql compares the two ways of getting there).
+DATA = $(sort $(wildcard sql/dlock--*.sql))
 
 # pg_regress tests: every sql/*.sql but the extension's own scripts, setup
 # (which creates the extension) first; adding a test is adding its files
@@ -26,6 +31,10 @@ EXTRA_CLEAN = tmp_regress tmp_iso tmp_check test/isolation/output results regres
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
+# without PGXS, `test` would be the first target and call make again, forever
+ifeq ($(PGXS),)
+$(error $(PG_CONFIG) does not work: set PG_CONFIG to a PostgreSQL pg_config)
+endif
 include $(PGXS)
 
 # The two commands of the README; both run as root or as a user who can install.
@@ -47,16 +56,26 @@ valgrind:
 .PHONY: indent
 indent: all
 	bash tools/indent.sh src/*.c src/*.h cli/*.c $(wildcard cli/*.h)
+# dead rows of dlock_leases under CHURN_MINUTES (10) of churn, 1.0's table
+# settings beside the current ones (bench/churn.sh); not part of make test
+.PHONY: churn
+churn: install
+	bash bench/churn.sh
 # the fuzz back to back with crashes, for SOAK_MINUTES (default 10); not part of make test
 .PHONY: soak
 soak:
 	bash test/soak.sh
 
-# The dlock command (cli/): built by make, installed next to PostgreSQL's binaries.
+# The dlock command (cli/): built by make, installed next to PostgreSQL's
+# binaries; WITH_CLI=no leaves it out (the Debian packages ship it in a
+# package of its own, dlock-cli: see debian/rules).
+WITH_CLI ?= yes
 .PHONY: cli install-cli uninstall-cli clean-cli
+ifeq ($(WITH_CLI),yes)
 all: cli
 install: install-cli
 uninstall: uninstall-cli
+endif
 clean: clean-cli
 cli:
 	$(MAKE) -C cli PG_CONFIG=$(PG_CONFIG)
@@ -66,3 +85,16 @@ uninstall-cli:
 	$(MAKE) -C cli uninstall PG_CONFIG=$(PG_CONFIG)
 clean-cli:
 	$(MAKE) -C cli clean
+
+# Debian packages (tools/deb.sh), built from a copy of the checkout: on this
+# machine into build/, or with PG_VERSIONS="15 17 18" in each version's Debian
+# root (tools/root.sh) into build/pgNN/.  test-deb builds them in the root of
+# each version of PG_VERSIONS (default 15), installs them with dpkg -i into a
+# throwaway copy of that root and runs the demo there (test/deb.sh).  Both
+# need root for the roots (chroot); not part of make test.
+.PHONY: deb test-deb
+deb:
+	bash tools/deb.sh $(PG_VERSIONS)
+test-deb:
+	bash tools/deb.sh $(or $(PG_VERSIONS),15)
+	bash test/deb.sh $(or $(PG_VERSIONS),15)

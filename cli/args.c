@@ -17,7 +17,10 @@
 
 #include "args.h"
 
-#define DLOCK_CLI_VERSION	"1.0"
+/* DLOCK_CLI_VERSION: the extension's version, from cli/Makefile */
+#ifndef DLOCK_CLI_VERSION
+#error "DLOCK_CLI_VERSION is not defined: build with cli/Makefile"
+#endif
 
 #define DEFAULT_TTL_MS		30000
 #define DEFAULT_GRACE_MS	5000

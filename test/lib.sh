@@ -53,7 +53,7 @@ bindir=$("$PG_CONFIG" --bindir 2>/dev/null) || bindir=
 
 copy_checkout() {
 	tar -C "$1" \
-		--exclude=./.git --exclude=./test/tmp --exclude=./.demo --exclude=./.soak \
+		--exclude=./.git --exclude=./build --exclude=./test/tmp --exclude=./.demo --exclude=./.soak \
 		--exclude=./tmp_regress --exclude=./tmp_iso --exclude=./tmp_check \
 		--exclude=./results --exclude=./log --exclude=./test/isolation/output \
 		--exclude=./regression.diffs --exclude=./regression.out \

@@ -13,7 +13,9 @@
 # Every result is checked; the script exits non-zero if one is wrong.  The
 # cluster is left running; the last lines say how to connect and stop it.
 #
-# Environment: PG_CONFIG, DLOCK_DEMO_PORT (55432), DLOCK_SKIP_SETUP=1.
+# Environment: PG_CONFIG, DLOCK_DEMO_PORT (55432), DLOCK_SKIP_SETUP=1,
+# DLOCK_DEMO_INSTALLED=1: use the dlock installed already (the Debian
+# package, say) as it is: no tools/setup.sh, no build, no make install.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,12 +46,19 @@ heading() { printf '\n%s== %s ==%s\n' "$bold" "$*" "$plain"; }
 note() { printf '   %s\n' "$*"; }
 
 # ------------------------------------------------------------ build, install
-if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
-	bash "$top/tools/setup.sh"
+if [[ "${DLOCK_DEMO_INSTALLED:-0}" == 1 ]]; then
+	heading "Using the dlock installed in $("$PG_CONFIG" --pkglibdir)"
+	for f in "$("$PG_CONFIG" --pkglibdir)/dlock.so" "$("$PG_CONFIG" --sharedir)/extension/dlock.control"; do
+		[[ -f "$f" ]] || { echo "demo: DLOCK_DEMO_INSTALLED=1, but $f is missing" >&2; exit 1; }
+	done
+else
+	if [[ "${DLOCK_SKIP_SETUP:-0}" != 1 ]]; then
+		bash "$top/tools/setup.sh"
+	fi
+	heading "Building and installing dlock"
+	make -s || { echo "demo: make failed" >&2; exit 1; }
+	make -s install >/dev/null || { echo "demo: make install failed (run as root or as a user who can install into $("$PG_CONFIG" --pkglibdir))" >&2; exit 1; }
 fi
-heading "Building and installing dlock"
-make -s || { echo "demo: make failed" >&2; exit 1; }
-make -s install >/dev/null || { echo "demo: make install failed (run as root or as a user who can install into $("$PG_CONFIG" --pkglibdir))" >&2; exit 1; }
 bindir=$("$PG_CONFIG" --bindir)
 
 # ------------------------------------------------------------ cluster

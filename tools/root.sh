@@ -8,6 +8,15 @@
 #                                       with /proc, /dev and /dev/shm of the
 #                                       host in a private mount namespace, so
 #                                       nothing stays mounted after CMD)
+#   tools/root.sh scratch VERSION DIR CMD...
+#                                       runs CMD as root in a throwaway copy
+#                                       of the root: an overlay whose changes
+#                                       go to DIR/upper (files put there
+#                                       before appear in it), in private
+#                                       mount and PID namespaces (whatever
+#                                       CMD started ends with it); the root
+#                                       is left as it was; the caller
+#                                       removes DIR
 #   tools/root.sh list                  the versions it knows and their suites
 #
 # VERSION is a PostgreSQL major version: 15 (Debian 12, bookworm), 17
@@ -47,6 +56,24 @@ in_root() {
 		exec chroot "$dir" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 			HOME=/root LANG=C.UTF-8 LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
 	' in_root "$dir" "$@"
+}
+
+# Runs "$@" chrooted into an overlay of root $1 whose changes go to $2/upper,
+# in private mount and PID namespaces: when "$@" ends, so does every process
+# it started, and the overlay is gone with the namespace.
+in_scratch() {
+	local dir=$1 scratch=$2
+	shift 2
+	mkdir -p "$scratch/upper" "$scratch/work" "$scratch/root"
+	unshare --mount --pid --fork --propagation private -- /bin/sh -c '
+		dir=$1 scratch=$2; shift 2
+		mount -t overlay overlay \
+			-o "lowerdir=$dir,upperdir=$scratch/upper,workdir=$scratch/work" "$scratch/root" &&
+		mount -t proc proc "$scratch/root/proc" &&
+		mount --rbind /dev "$scratch/root/dev" &&
+		exec chroot "$scratch/root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+			HOME=/root LANG=C.UTF-8 LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
+	' in_scratch "$dir" "$scratch" "$@"
 }
 
 make_root() {
@@ -108,6 +135,13 @@ case "$cmd" in
 		shift 2
 		make_root "$ver"
 		in_root "$roots/pg$ver" "$@"
+		;;
+	scratch)
+		[[ $# -ge 4 ]] || { echo "usage: root.sh scratch VERSION DIR CMD..." >&2; exit 2; }
+		ver=$2 scratch=$3
+		shift 3
+		make_root "$ver"
+		in_scratch "$roots/pg$ver" "$scratch" "$@"
 		;;
 	list)
 		for v in 15 17 18; do

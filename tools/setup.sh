@@ -22,13 +22,26 @@ required=(
 	faketime	# libfaketime: test/tap/026_clock.pl steps the servers' wall clock
 	debootstrap	# tools/root.sh: the roots of PostgreSQL 17 and 18 (run-tests.sh)
 )
-# Used by later tests and benchmarks; cheap, so installed as well.
+# Used by later tests and benchmarks; cheap, so installed as well.  (On a
+# host that runs systemd and has no policy-rc.d, installing the Prometheus
+# packages starts their services, as any Debian service package does.)
 extra=(
 	gnuplot-nox
 	redis-server
 	pgbouncer
 	python3-psycopg
 	libpostgresql-jdbc-java
+	prometheus-postgres-exporter	# test/suites/metrics.sh runs it with metrics/queries.yaml
+	prometheus	# its promtool checks metrics/alerts.yaml
+	curl		# test/suites/metrics.sh reads /metrics with it
+)
+# make deb and make test-deb: Debian's tooling for PostgreSQL extensions, and
+# debootstrap for the Debian root of each PostgreSQL version (tools/root.sh).
+extra+=(
+	debhelper
+	dpkg-dev
+	postgresql-server-dev-all	# pg_buildext, debhelper's pgxs_loop
+	debootstrap
 )
 # The client examples' tests (test/suites/client-*.sh) compile Java and run
 # Node.js with npm.  Checked by command, so that another provider counts:
