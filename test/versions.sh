@@ -5,14 +5,17 @@
 # and 18).
 #
 # For each version (default: 15 17 18):
-#  1. tools/root.sh path VERSION: the root, made when missing (a minute or
-#     two with Debian's archive reachable);
-#  2. the checkout, without .git and what builds and tests leave, is copied
-#     to /build/dlock in the root, where `make clean` drops objects built
-#     for another version;
-#  3. test/run-tests.sh runs in the root (chroot, as root, with that
-#     version's pg_config): make, make install into the root's PostgreSQL,
-#     then the suites as postgres, each counted as run-tests.sh counts them:
+#  1. tools/root.sh path VERSION: the root, made when missing (about a
+#     minute with Debian's archive reachable);
+#  2. the checkout, without .git and what builds and tests leave, is put at
+#     /build/dlock of a throwaway copy of the root (tools/root.sh scratch: an
+#     overlay whose changes go to test/tmp/versions/pgVERSION/upper, in
+#     namespaces of its own, so that the root is left as it was and nothing
+#     the suites start outlives them);
+#  3. there, as root, `make clean` (objects built for another version go),
+#     then test/run-tests.sh with that version's pg_config: make, make
+#     install into the copy's PostgreSQL, and the suites as postgres, each
+#     counted as run-tests.sh counts them:
 #       regress    every pg_regress test (one each)
 #       isolation  every isolation spec (one each)
 #       tap        every test/tap/*.pl (one each), the crash (020_crash) and
@@ -24,9 +27,11 @@
 # root could not be made, or whose build or install failed, counts as one
 # failed test.  Exit status 0 only if nothing failed.
 #
-# Needs root (debootstrap, chroot), as tools/root.sh does.  Logs stay in
-# the root: ROOT/build/dlock/test/tmp/logs, the scratch copy the suites ran
-# in next to it (ROOT/build/dlock/test/tmp/run).
+# Needs root (debootstrap, chroot, overlay mounts), as tools/root.sh does.
+# What a version's run left stays until its next run: the output in
+# test/tmp/versions/pgVERSION.log, and under test/tmp/versions/pgVERSION/
+# upper/build/dlock/test/tmp the logs (logs/) and the scratch copy the
+# suites ran in (run/; a path /build/... in the output is there).
 #
 # Environment:
 #   DLOCK_VERSIONS        versions when none are given (default "15 17 18")
@@ -38,6 +43,8 @@
 #   DLOCK_PROVE_TESTS     TAP files to run instead of all (e.g.
 #                         "test/tap/020_crash.pl test/tap/021_promote.pl")
 #   DLOCK_SUITE_TIMEOUT   seconds for each suite in the root (default 900)
+#   DLOCK_VERSIONS_DIR    where the runs' changes and output go (default
+#                         test/tmp/versions of the checkout)
 #   DLOCK_ROOTS, DLOCK_MIRROR  where roots live, the Debian mirror
 #                         (tools/root.sh)
 set -uo pipefail
@@ -47,6 +54,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=test/lib.sh
 source "$top/test/lib.sh"
 
+base=${DLOCK_VERSIONS_DIR:-$top/test/tmp/versions}
 versions=("$@")
 ((${#versions[@]})) || read -r -a versions <<<"${DLOCK_VERSIONS:-15 17 18}"
 suites=${DLOCK_VERSION_SUITES:-regress isolation tap fuzz}
@@ -67,42 +75,34 @@ t_all=$(now)
 
 # Runs one version; sets p, f and line.
 test_version() {
-	local v=$1 root dir log t0 out rc ver parts s t st named
+	local v=$1 dir log t0 out rc ver parts s t st named
 	t0=$(now)
 	p=0
 	f=1
 	printf '\n##### PostgreSQL %s: %s\n' "$v" "$suites"
-	if ! root=$("$top/tools/root.sh" path "$v"); then
+	if ! "$top/tools/root.sh" path "$v" >/dev/null; then
 		line="PostgreSQL $v: the root could not be made (tools/root.sh path $v)"
 		return
 	fi
-	dir=$root/build/dlock
-	mkdir -p "$root/build"
-	# one run at a time per root (make test-versions and CI may meet here)
-	exec 7>"$root/build/.dlock.lock"
-	if ! flock -n 7; then
-		echo "versions.sh: another run is using $dir; waiting"
-		flock 7
-	fi
-	rm -rf "$dir" && mkdir -p "$dir" && copy_checkout "$top" "$dir" || {
-		exec 7>&-
+	# the overlay's changes, the copy of the checkout among them; the last
+	# run's are removed first
+	dir=$base/pg$v
+	log=$base/pg$v.log
+	rm -rf "$dir" "$log" && mkdir -p "$dir/upper/build/dlock" &&
+		copy_checkout "$top" "$dir/upper/build/dlock" || {
 		line="PostgreSQL $v: could not copy the checkout to $dir"
 		return
 	}
-	ver=$("$top/tools/root.sh" exec "$v" "/usr/lib/postgresql/$v/bin/pg_config" --version 7>&-)
-	log=$dir.log
-	# (7>&-: servers the suites start must not keep the lock)
-	"$top/tools/root.sh" exec "$v" make -s -C /build/dlock clean \
-		PG_CONFIG="/usr/lib/postgresql/$v/bin/pg_config" >/dev/null 7>&-
-	"$top/tools/root.sh" exec "$v" env \
+	ver=$("$top/tools/root.sh" exec "$v" "/usr/lib/postgresql/$v/bin/pg_config" --version)
+	"$top/tools/root.sh" scratch "$v" "$dir" env \
 		PG_CONFIG="/usr/lib/postgresql/$v/bin/pg_config" \
 		DLOCK_SKIP_SETUP=1 DLOCK_TEST_VERSIONS= DLOCK_SUITES="$suites" \
 		FUZZ_DURATION="${FUZZ_DURATION:-30}" FUZZ_SEEDS="${FUZZ_SEEDS:-random}" \
 		${DLOCK_PROVE_TESTS:+DLOCK_PROVE_TESTS="$DLOCK_PROVE_TESTS"} \
 		${DLOCK_SUITE_TIMEOUT:+DLOCK_SUITE_TIMEOUT="$DLOCK_SUITE_TIMEOUT"} \
-		bash /build/dlock/test/run-tests.sh 7>&- 2>&1 | tee "$log"
+		sh -c 'make -s -C /build/dlock clean >/dev/null && exec bash /build/dlock/test/run-tests.sh' \
+		2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
-	exec 7>&-
 	s=$(secs "$t0" "$(now)")
 	out=$(tail -n 1 "$log")
 	if [[ "$out" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
@@ -126,7 +126,7 @@ test_version() {
 	line="${ver:-PostgreSQL $v}: ${parts:-no suite ran (exit status $rc)}"
 	line="${line%, }; $p passed, $f failed in $s s"
 	if ((f > 0)); then
-		line+=" (failed: $(sed -n '/^failed:$/,/^[^ ]/s/^  //p' "$log" | paste -sd ';' -); log: $log; paths under /build there are in $root)"
+		line+=" (failed: $(sed -n '/^failed:$/,/^[^ ]/s/^  //p' "$log" | paste -sd ';' -); log: $log; paths under /build there are in $dir/upper)"
 	fi
 }
 
