@@ -3,8 +3,9 @@
  *		What differs between the PostgreSQL major versions dlock builds
  *		against, behind PG_VERSION_NUM, in one place.
  *
- * Built and tested on 15, 17 and 18; written for 16 from its sources
- * (Debian has no 16 here, so nothing was built on it: see the README).
+ * Built and tested on 15, 17 and 18.  16 is placed by the release each
+ * change came in (16 renamed rd_node; the rest came in 17 or 18), not by a
+ * build: Debian has no 16 here (see the README).
  * Everything else dlock calls is the same on all of them: shmem_request_hook
  * and named LWLock tranches (15 on), background worker registration, wait
  * event PG_WAIT_EXTENSION (17's custom wait event names are not used, so
