@@ -88,15 +88,23 @@ sub check_restored
 	$node->safe_psql($db, q{SELECT dlock_release('job', 'new')});
 }
 
+# Restores both dumps into new databases from_custom and from_plain of
+# $node, and checks each; $where names the cluster in the test names.
+sub restore_both
+{
+	my ($node, $where) = @_;
+	$node->safe_psql('postgres', 'CREATE DATABASE from_custom');
+	$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('from_custom'), "$dir/app.dump" ],
+		"pg_restore of the custom dump into a new database ($where)");
+	check_restored($node, 'from_custom', "$where, custom format");
+	$node->safe_psql('postgres', 'CREATE DATABASE from_plain');
+	$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('from_plain'), '-f', "$dir/app.sql" ],
+		"psql restore of the plain dump into a new database ($where)");
+	check_restored($node, 'from_plain', "$where, plain format");
+}
+
 # into new databases of the same cluster
-$old->safe_psql('postgres', 'CREATE DATABASE from_custom');
-$old->command_ok([ 'pg_restore', '--exit-on-error', '-d', $old->connstr('from_custom'), "$dir/app.dump" ],
-	'pg_restore of the custom dump into a new database');
-check_restored($old, 'from_custom', 'same cluster, custom format');
-$old->safe_psql('postgres', 'CREATE DATABASE from_plain');
-$old->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $old->connstr('from_plain'), '-f', "$dir/app.sql" ],
-	'psql restore of the plain dump into a new database');
-check_restored($old, 'from_plain', 'same cluster, plain format');
+restore_both($old, 'same cluster');
 is($old->safe_psql('app', 'SELECT count(*) FROM dlock_leases'), '2',
 	'the dumped database still holds its leases');
 $old->stop;
@@ -109,14 +117,7 @@ $new->start;
 $new->safe_psql('postgres', 'CREATE EXTENSION dlock');
 my $fresh_tok = $new->safe_psql('postgres', q{SELECT dlock_try('x', '1 minute', 'x')});
 cmp_ok($fresh_tok, '<', $max_tok, "new cluster: its own tokens ($fresh_tok) start below the restored ones");
-$new->safe_psql('postgres', 'CREATE DATABASE from_custom');
-$new->command_ok([ 'pg_restore', '--exit-on-error', '-d', $new->connstr('from_custom'), "$dir/app.dump" ],
-	'pg_restore of the custom dump into a new cluster');
-check_restored($new, 'from_custom', 'new cluster, custom format');
-$new->safe_psql('postgres', 'CREATE DATABASE from_plain');
-$new->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $new->connstr('from_plain'), '-f', "$dir/app.sql" ],
-	'psql restore of the plain dump into a new cluster');
-check_restored($new, 'from_plain', 'new cluster, plain format');
+restore_both($new, 'new cluster');
 # -C: the dump creates its database itself
 $new->command_ok([ 'pg_restore', '--exit-on-error', '-C', '-d', $new->connstr('postgres'), "$dir/app.dump" ],
 	'pg_restore -C of the custom dump into a new cluster');
