@@ -1031,6 +1031,8 @@ dlock_store_dead_databases(Oid *dbids, int max)
 	return n;
 }
 
+static void promise_commit(void);
+
 /*
  * Deletes the rows of leases that ended, each by version compare-and-set.
  * Shared memory decides what ended: a row whose lease is still held there
@@ -1141,7 +1143,7 @@ dlock_store_sweep_rows(void)
 	spi_end(&saved);
 	/* a moved row is what the next rebuild trusts */
 	if (moved > 0)
-		ForceSyncCommit();
+		promise_commit();
 	return deleted;
 }
 
@@ -1419,7 +1421,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 	args[7] = Int32GetDatum(row->permits);
 	args[8] = Int64GetDatum(row->version);
 	args[9] = ttl_datum(row->ttl);
-	ForceSyncCommit();
+	promise_commit();
 	if (!row->takeover)
 	{
 		/* in the table's column order */
@@ -1498,11 +1500,21 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	}
 	spi_end(&saved);
 	if (version != 0)
-		ForceSyncCommit();
+		promise_commit();
 	return version;
 }
 
 /*
+ * What a commit waits for.
+ *
+ * A grant, a renewal or an extension is a promise: its commit waits for its
+ * WAL to be flushed and, with synchronous replication, for the synchronous
+ * standbys, whatever synchronous_commit the caller runs with.  Below
+ * remote_write (local, off) the commit would wait for no standby, and a
+ * failover to one would lose the lease, so for that commit the setting is
+ * raised to on (remote_flush), as SET LOCAL would; remote_write and
+ * remote_apply are kept.
+ *
  * A release need not be on disk before it returns: if a crash loses it, the
  * lease comes back and keeps its name until its TTL ends, which is safe.  So
  * a transaction whose only WAL is its releases' row deletions commits
@@ -1519,19 +1531,27 @@ typedef enum ReleaseWal
 	RELEASE_WAL_MIXED			/* other WAL too */
 } ReleaseWal;
 
+static bool promised = false;	/* this transaction wrote a promise */
 static ReleaseWal release_wal = RELEASE_WAL_NONE;
 static XLogRecPtr release_wal_end = InvalidXLogRecPtr;
 static int	saved_synchronous_commit = -1;	/* -1: not changed */
 
 static void
-release_xact_callback(XactEvent event, void *arg)
+commit_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			if (release_wal == RELEASE_WAL_ONLY &&
-				XactLastRecEnd == release_wal_end &&
-				synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+			if (promised && synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_WRITE)
+			{
+				/* undone by the commit's own GUC cleanup, after the wait */
+				(void) set_config_option("synchronous_commit", "on",
+										 PGC_USERSET, PGC_S_SESSION,
+										 GUC_ACTION_LOCAL, true, 0, false);
+			}
+			else if (!promised && release_wal == RELEASE_WAL_ONLY &&
+					 XactLastRecEnd == release_wal_end &&
+					 synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
 			{
 				/* read by RecordTransactionCommit, just after this */
 				saved_synchronous_commit = synchronous_commit;
@@ -1545,27 +1565,47 @@ release_xact_callback(XactEvent event, void *arg)
 				synchronous_commit = saved_synchronous_commit;
 			saved_synchronous_commit = -1;
 			release_wal = RELEASE_WAL_NONE;
+			promised = false;
 			break;
 		default:
 			break;
 	}
 }
 
+static void
+register_commit_callback(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(commit_xact_callback, NULL);
+		registered = true;
+	}
+}
+
+/*
+ * Makes this transaction's commit wait for its WAL locally and on the
+ * synchronous standbys (see above).
+ */
+static void
+promise_commit(void)
+{
+	register_commit_callback();
+	ForceSyncCommit();
+	promised = true;
+}
+
 /* Deletes the row of the lease with token (a release). */
 void
 dlock_store_delete(const DLockKey *key, uint64 token)
 {
-	static bool registered = false;
 	AsOwner		saved;
 	Datum		args[2];
 	XLogRecPtr	wal_before = XactLastRecEnd;
 	bool		direct;
 
-	if (!registered)
-	{
-		RegisterXactCallback(release_xact_callback, NULL);
-		registered = true;
-	}
+	register_commit_callback();
 	check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);

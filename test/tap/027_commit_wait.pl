@@ -2,7 +2,7 @@
 #
 # A grant, a renewal and an extension are promises: their commit waits for
 # its WAL to be flushed (and, with synchronous replication, replicated)
-# whatever synchronous_commit says.  A release does not wait: if a crash
+# whatever synchronous_commit says, local and off included.  A release does not wait: if a crash
 # loses it, the lease comes back and lasts until its TTL.  A transaction
 # that wrote anything besides its releases commits as synchronous_commit
 # says.
@@ -90,6 +90,23 @@ is($node->safe_psql('postgres',
 	'g', 'rows: only g is held');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM t'), '2', 'the other writes committed');
 
+# a session whose synchronous_commit waits for no standby (local, off) still
+# gets grants, renewals and extensions that wait for the synchronous standby
+for my $setting (qw(local off))
+{
+	is(commit_waits("SET synchronous_commit = $setting; SELECT dlock_try('l-$setting', '1 hour', 'o')"),
+		1, "a grant waits under synchronous_commit = $setting");
+	is(commit_waits("SET synchronous_commit = $setting; SELECT dlock_renew('l-$setting', '1 hour', 'o')"),
+		1, "a renewal waits under synchronous_commit = $setting");
+	is(commit_waits("SET synchronous_commit = $setting; SELECT dlock_try('l-$setting', '1 hour', 'o')"),
+		1, "an extension waits under synchronous_commit = $setting");
+	is(commit_waits("SET synchronous_commit = $setting; SELECT dlock_release('l-$setting', 'o')"),
+		0, "a release does not wait under synchronous_commit = $setting");
+}
+is(commit_waits("SET synchronous_commit = local; INSERT INTO t VALUES (3)"),
+	0, 'other writes under synchronous_commit = local do not wait');
+$node->safe_psql('postgres', 'SET synchronous_commit = local; DELETE FROM t WHERE i = 3');
+
 # with an owner's trigger on the table, rows are written through SQL and the
 # trigger may write more than the row: a release then waits
 $node->safe_psql('postgres', q{
@@ -112,6 +129,17 @@ $node->safe_psql('postgres',
 is($node->safe_psql('postgres',
 		"SELECT dlock_release('g', 'o'); SHOW synchronous_commit"),
 	"t\non", 'synchronous_commit is unchanged after a release');
+
+# without a synchronous standby nothing waits: a session's own setting is
+# back after a grant raised it for its commit
+$node->safe_psql('postgres', "ALTER SYSTEM RESET synchronous_standby_names");
+$node->reload;
+is($node->safe_psql('postgres', q{
+SET synchronous_commit = local;
+SELECT dlock_try('l-show', '1 hour', 'o') > 0;
+SHOW synchronous_commit;
+SELECT dlock_release('l-show', 'o');
+}), "t\nlocal\nt", 'a session\'s synchronous_commit is its own again after a grant commits');
 
 $node->stop;
 done_testing();
