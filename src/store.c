@@ -147,11 +147,22 @@ static SPIPlanPtr plan_floor = NULL;
 static SPIPlanPtr plan_move = NULL;
 static DbSlot *my_slot = NULL;
 
+/*
+ * Invalidations of the lease table are counted, not acted on: they arrive
+ * at any relation lock a call takes (its first row write, the token floor's
+ * write, a plan's revalidation), often while it is half done.  A call keeps
+ * the table it looked up at its start, as the executor keeps a relation it
+ * opened (its OID is the table's for as long as the table exists); the next
+ * call looks it up again.
+ */
+static uint64 lease_invals = 1;
+static uint64 lease_looked_up = 0;	/* lease_invals when last looked up */
+
 static void
 relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == lease_relid)
-		lease_relid = InvalidOid;
+		lease_invals++;
 }
 
 static void
@@ -205,12 +216,18 @@ static void
 lookup_table(void)
 {
 	static bool callback_registered = false;
+	uint64		invals = lease_invals;
 	Oid			nsp;
 	Oid			relid;
 	HeapTuple	tuple;
 
-	if (OidIsValid(lease_relid))
+	if (lease_looked_up == invals)
 		return;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
 
 	nsp = extension_schema();
 	relid = OidIsValid(nsp) ? get_relname_relid("dlock_leases", nsp) : InvalidOid;
@@ -219,6 +236,8 @@ lookup_table(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("dlock's lease table is missing from this database"),
 				 errhint("Drop and create the extension again.")));
+	/* invalidations of this table count from here on */
+	lease_relid = relid;
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for relation %u", relid);
@@ -240,12 +259,7 @@ lookup_table(void)
 																	 "dlock_token_floor"));
 		plans_relid = relid;
 	}
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
-		callback_registered = true;
-	}
-	lease_relid = relid;
+	lease_looked_up = invals;
 }
 
 static SPIPlanPtr
@@ -1181,10 +1195,14 @@ static Oid	direct_key = InvalidOid;
 static Relation
 open_direct(void)
 {
-	Relation	rel = table_open(lease_relid, RowExclusiveLock);
+	Relation	rel = try_table_open(lease_relid, RowExclusiveLock);
 	List	   *indexes;
 	bool		fit;
 
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dlock's lease table was dropped while this call was running")));
 	if (rel->trigdesc != NULL || rel->rd_rules != NULL ||
 		rel->rd_rel->relrowsecurity ||
 		RelationGetDescr(rel)->natts != LEASE_NATTS)
