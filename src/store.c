@@ -30,9 +30,11 @@
 #include "catalog/index.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_opfamily.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "common/controldata_utils.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -147,11 +149,25 @@ static SPIPlanPtr plan_floor = NULL;
 static SPIPlanPtr plan_move = NULL;
 static DbSlot *my_slot = NULL;
 
+/*
+ * Invalidations of the lease table are counted, not acted on: they arrive
+ * at any relation lock a call takes (its first row write, the token floor's
+ * write, a plan's revalidation), often while it is half done.  A call keeps
+ * the table it looked up at its start, as the executor keeps a relation it
+ * opened (its OID is the table's for as long as the table exists); the next
+ * call looks it up again, and the next direct row write checks its shape
+ * again (direct_checked).
+ */
+static uint64 lease_invals = 1;
+static uint64 lease_looked_up = 0;	/* lease_invals when last looked up */
+static uint64 direct_checked = 0;	/* lease_invals when its shape was
+									 * last checked */
+
 static void
 relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == lease_relid)
-		lease_relid = InvalidOid;
+		lease_invals++;
 }
 
 static void
@@ -205,12 +221,18 @@ static void
 lookup_table(void)
 {
 	static bool callback_registered = false;
+	uint64		invals = lease_invals;
 	Oid			nsp;
 	Oid			relid;
 	HeapTuple	tuple;
 
-	if (OidIsValid(lease_relid))
+	if (lease_looked_up == invals)
 		return;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
 
 	nsp = extension_schema();
 	relid = OidIsValid(nsp) ? get_relname_relid("dlock_leases", nsp) : InvalidOid;
@@ -219,6 +241,8 @@ lookup_table(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("dlock's lease table is missing from this database"),
 				 errhint("Drop and create the extension again.")));
+	/* invalidations of this table count from here on */
+	lease_relid = relid;
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for relation %u", relid);
@@ -239,13 +263,9 @@ lookup_table(void)
 										  quote_qualified_identifier(get_namespace_name(nsp),
 																	 "dlock_token_floor"));
 		plans_relid = relid;
+		direct_checked = 0;
 	}
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
-		callback_registered = true;
-	}
-	lease_relid = relid;
+	lease_looked_up = invals;
 }
 
 static SPIPlanPtr
@@ -1163,56 +1183,116 @@ ttl_datum(int64 ttl)
 /*
  * A grant's insert and a release's delete, the two row writes of every
  * durable cycle, bypass the executor while the table is as the extension
- * made it (its primary key on (name, token) its only index; no trigger, rule
- * or row security): a heap insert or delete and the key's index entry, as
- * the executor makes them.  Executor start-up and teardown were a third of a
- * durable cycle's instructions.  A table its owner changed takes SPI.
+ * made it (lease_columns; heap; its primary key on (name, token) its only
+ * index; no CHECK constraint, trigger, rule, row security, inheritance or
+ * other replica identity): a heap insert or delete and the key's index
+ * entry, as the executor makes them.  Executor start-up and teardown were a
+ * third of a durable cycle's instructions.  A table its owner changed takes
+ * SPI, so its constraints, triggers and conversions apply as to any INSERT
+ * or DELETE.
  */
 #define ATT_NAME	1
 #define ATT_TOKEN	4
 #define LEASE_NATTS 10
 
-/* the table's key, once found fit (its definition cannot change) */
-static Oid	direct_key = InvalidOid;
+typedef struct LeaseColumn
+{
+	const char *name;
+	Oid			type;
+	bool		notnull;
+} LeaseColumn;
+
+/* the columns of dlock--1.0.sql, in the order heap_form_tuple fills them */
+static const LeaseColumn lease_columns[LEASE_NATTS] = {
+	{"name", TEXTOID, true},
+	{"owner", TEXTOID, true},
+	{"role", OIDOID, true},
+	{"token", INT8OID, true},
+	{"granted_at", TIMESTAMPTZOID, true},
+	{"expires_at", TIMESTAMPTZOID, true},
+	{"ttl", INTERVALOID, true},
+	{"version", INT8OID, true},
+	{"mode", TEXTOID, true},
+	{"permits", INT4OID, false}
+};
+
+/* what open_direct found when it last checked (direct_checked) */
+static bool direct_fit = false;
+
+/* Whether the open lease table is as the extension made it. */
+static bool
+lease_table_fits(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	List	   *indexes;
+	Relation	key;
+	bool		fit;
+
+	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		rel->rd_rel->relreplident != REPLICA_IDENTITY_DEFAULT ||
+		rel->rd_rel->relhassubclass || rel->rd_rel->relispartition ||
+		rel->trigdesc != NULL || rel->rd_rules != NULL ||
+		rel->rd_rel->relrowsecurity ||
+		desc->natts != LEASE_NATTS ||
+		(desc->constr != NULL && desc->constr->num_check > 0))
+		return false;
+	for (int i = 0; i < LEASE_NATTS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		const LeaseColumn *col = &lease_columns[i];
+
+		if (att->attisdropped || att->attgenerated != '\0' ||
+			att->atttypid != col->type || att->atttypmod != -1 ||
+			att->attcollation != (col->type == TEXTOID ? DEFAULT_COLLATION_OID : InvalidOid) ||
+			att->attnotnull != col->notnull ||
+			strcmp(NameStr(att->attname), col->name) != 0)
+			return false;
+	}
+
+	indexes = RelationGetIndexList(rel);
+	fit = list_length(indexes) == 1 && linitial_oid(indexes) == rel->rd_pkindex;
+	list_free(indexes);
+	if (!fit)
+		return false;
+	key = index_open(rel->rd_pkindex, RowExclusiveLock);
+	fit = key->rd_rel->relam == BTREE_AM_OID &&
+		key->rd_index->indnatts == 2 &&
+		key->rd_index->indkey.values[0] == ATT_NAME &&
+		key->rd_index->indkey.values[1] == ATT_TOKEN &&
+		key->rd_opfamily[0] == TEXT_BTREE_FAM_OID &&
+		key->rd_opfamily[1] == INTEGER_BTREE_FAM_OID &&
+		key->rd_indcollation[0] == DEFAULT_COLLATION_OID &&
+		key->rd_index->indimmediate &&
+		RelationGetIndexExpressions(key) == NIL &&
+		RelationGetIndexPredicate(key) == NIL;
+	index_close(key, NoLock);
+	return fit;
+}
 
 /*
  * Opens the lease table if rows can be written directly (the key is then
  * rel->rd_pkindex); else returns NULL.  The locks are kept to the end of
- * the transaction, as the executor keeps them.
+ * the transaction, as the executor keeps them.  The shape is checked again
+ * only after an invalidation of the table, which any change to it sends
+ * (opening it reads those that came).
  */
 static Relation
 open_direct(void)
 {
-	Relation	rel = table_open(lease_relid, RowExclusiveLock);
-	List	   *indexes;
-	bool		fit;
+	Relation	rel = try_table_open(lease_relid, RowExclusiveLock);
 
-	if (rel->trigdesc != NULL || rel->rd_rules != NULL ||
-		rel->rd_rel->relrowsecurity ||
-		RelationGetDescr(rel)->natts != LEASE_NATTS)
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dlock's lease table was dropped while this call was running")));
+	if (direct_checked != lease_invals)
 	{
-		table_close(rel, NoLock);
-		return NULL;
-	}
-	indexes = RelationGetIndexList(rel);
-	fit = list_length(indexes) == 1 && linitial_oid(indexes) == rel->rd_pkindex;
-	list_free(indexes);
-	if (fit && rel->rd_pkindex != direct_key)
-	{
-		Relation	key = index_open(rel->rd_pkindex, RowExclusiveLock);
+		uint64		invals = lease_invals;
 
-		fit = key->rd_rel->relam == BTREE_AM_OID &&
-			key->rd_index->indnatts == 2 &&
-			key->rd_index->indkey.values[0] == ATT_NAME &&
-			key->rd_index->indkey.values[1] == ATT_TOKEN &&
-			key->rd_index->indimmediate &&
-			RelationGetIndexExpressions(key) == NIL &&
-			RelationGetIndexPredicate(key) == NIL;
-		if (fit)
-			direct_key = rel->rd_pkindex;
-		index_close(key, NoLock);
+		direct_fit = lease_table_fits(rel);
+		direct_checked = invals;
 	}
-	if (!fit)
+	if (!direct_fit)
 	{
 		table_close(rel, NoLock);
 		return NULL;
@@ -1323,6 +1403,8 @@ delete_direct(Datum name, Datum token)
 	rel = open_direct();
 	if (rel == NULL)
 		return false;
+	/* as a DELETE: a publication of deletes must be able to name the row */
+	CheckCmdReplicaIdentity(rel, CMD_DELETE);
 	CommandCounterIncrement();
 	for (;;)
 	{
@@ -1355,15 +1437,27 @@ delete_direct(Datum name, Datum token)
 
 		result = heap_delete(rel, &tid, GetCurrentCommandId(true),
 							 InvalidSnapshot, true, &tmfd, false);
-		if (result == TM_Ok || result == TM_Deleted || result == TM_SelfModified)
+		if (result == TM_Ok || result == TM_SelfModified)
 			break;
-		if (result != TM_Updated)
+		if (result != TM_Updated && result != TM_Deleted)
 			elog(ERROR, "unexpected heap_delete status: %u", result);
-		/* a newer version was committed meanwhile: as the executor does */
+
+		/*
+		 * Another transaction committed a newer version of the row, or its
+		 * deletion, meanwhile: as the executor does, that fails a snapshot
+		 * that cannot see it; else a newer version is looked for again and a
+		 * deleted row leaves nothing to do.
+		 */
+		if (IsolationUsesXactSnapshot() && result == TM_Deleted)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent delete")));
 		if (IsolationUsesXactSnapshot())
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent update")));
+		if (result == TM_Deleted)
+			break;
 	}
 	if (index != NULL)
 		index_close(index, NoLock);
