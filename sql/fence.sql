@@ -54,6 +54,62 @@ SELECT dlock_try('acct-a', '1 minute', 'w') AS ta2 \gset
 SELECT sqlstate_of(format('UPDATE accounts SET balance = 20, fence = %s WHERE name = %L', :ta2, 'acct-a'));
 SELECT name, balance, fence = :ta2 AS newest FROM accounts;
 
+-- an UPDATE must carry a token of its own: it sets the token column, or its
+-- transaction fenced the token the row keeps; otherwise it is refused
+CREATE TABLE tasks (id int PRIMARY KEY, payload text, fence bigint NOT NULL);
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON tasks
+	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f-upd', 'fence');
+SELECT dlock_try('f-upd', '1 minute', 'w1') AS u1 \gset
+INSERT INTO tasks VALUES (2, 'by w1', :u1);
+SELECT dlock_release('f-upd', 'w1');
+SELECT dlock_try('f-upd', '1 minute', 'w2') AS u2 \gset
+INSERT INTO tasks VALUES (1, 'by w2', :u2);
+-- w1 lost the lease; it writes without naming the column, over w2's live token
+UPDATE tasks SET payload = 'STALE write by w1' WHERE id = 1;
+-- naming the column puts its value to the test: the row's own token passes
+-- while its lease lives (the trigger checks values, not who writes them)
+SELECT sqlstate_of($$UPDATE tasks SET payload = 'by w2, token kept', fence = fence WHERE id = 1$$);
+-- a transaction that fenced the row's token may leave the column alone
+BEGIN;
+SELECT dlock_fence('f-upd', :u2);
+SELECT sqlstate_of($$UPDATE tasks SET payload = 'by w2, fenced' WHERE id = 1$$);
+-- ... but not on a row that keeps another token: it must set its own
+SELECT sqlstate_of($$UPDATE tasks SET payload = 'by w2 over w1' WHERE id = 2$$);
+COMMIT;
+SELECT sqlstate_of(format('UPDATE tasks SET payload = %L, fence = %s WHERE id = 2', 'by w2 over w1', :u2));
+-- an earlier trigger that sets the token gives the UPDATE a token of its own
+CREATE FUNCTION stamp_token() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	NEW.fence := current_setting('test.token')::bigint;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER a_stamp BEFORE UPDATE ON tasks FOR EACH ROW EXECUTE FUNCTION stamp_token();
+SELECT dlock_release('f-upd', 'w2');
+SELECT dlock_try('f-upd', '1 minute', 'w3') AS u3 \gset
+SELECT set_config('test.token', :'u3', false) IS NOT NULL AS stamped;
+SELECT sqlstate_of($$UPDATE tasks SET payload = 'by w3, stamped' WHERE id = 1$$);
+DROP TRIGGER a_stamp ON tasks;
+-- row 2 keeps w2's token, whose lease ended: naming the column with the
+-- row's value fails now
+SELECT sqlstate_of($$UPDATE tasks SET payload = 'stale w2', fence = fence WHERE id = 2$$);
+-- upserts, MERGE and views: what counts is the columns they set.  The
+-- upsert's new row fences w3's token; the row it updates keeps w2's.
+SELECT sqlstate_of(format('INSERT INTO tasks VALUES (2, %L, %s)
+	ON CONFLICT (id) DO UPDATE SET payload = excluded.payload', 'upsert by w3', :u3));
+SELECT sqlstate_of(format('INSERT INTO tasks VALUES (2, %L, %s)
+	ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, fence = excluded.fence', 'upsert by w3', :u3));
+SELECT sqlstate_of($$MERGE INTO tasks t USING (VALUES (1)) v(id) ON t.id = v.id
+	WHEN MATCHED THEN UPDATE SET payload = 'merged'$$);
+CREATE VIEW task_payloads AS SELECT id, payload FROM tasks;
+CREATE VIEW task_tokens AS SELECT id, payload, fence AS tok FROM tasks;
+SELECT sqlstate_of($$UPDATE task_payloads SET payload = 'through a view' WHERE id = 1$$);
+SELECT sqlstate_of(format('UPDATE task_tokens SET payload = %L, tok = %s WHERE id = 1', 'view by w3', :u3));
+SELECT id, payload, fence = :u3 AS w3_token FROM tasks ORDER BY id;
+DROP VIEW task_payloads, task_tokens;
+DROP TABLE tasks;
+DROP FUNCTION stamp_token();
+SELECT dlock_release('f-upd', 'w3');
+
 -- wrong uses of the triggers
 CREATE TABLE bad (id int, v text);
 CREATE TRIGGER t BEFORE INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f1');
@@ -63,6 +119,11 @@ CREATE TRIGGER t BEFORE INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_fenced
 SELECT sqlstate_of($$INSERT INTO bad VALUES (1, 'x')$$);
 DROP TRIGGER t ON bad;
 CREATE TRIGGER t BEFORE INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f1', 'v');
+SELECT sqlstate_of($$INSERT INTO bad VALUES (1, 'x')$$);
+DROP TRIGGER t ON bad;
+-- a trigger for UPDATE OF some columns lets updates of the others through
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OF v ON bad
+	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('f1', 'id');
 SELECT sqlstate_of($$INSERT INTO bad VALUES (1, 'x')$$);
 DROP TRIGGER t ON bad;
 CREATE TRIGGER t AFTER INSERT ON bad FOR EACH ROW EXECUTE FUNCTION dlock_versioned('id');

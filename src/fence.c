@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/sysattr.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -169,8 +170,11 @@ int_column(HeapTuple tuple, TupleDesc desc, int attno, bool *isnull)
  * dlock_fenced(lock, token_column): a BEFORE INSERT/UPDATE/DELETE row
  * trigger.  lock is a column of the table holding the lock name, or else
  * the lock name itself.  The row's token must be the live lease's (INSERT,
- * UPDATE), and an UPDATE may not lower the token the row was written with;
- * a DELETE needs the transaction to have fenced the lock first.
+ * UPDATE), and an UPDATE may not lower the token the row was written with.
+ * A write must carry a token of its own: an UPDATE that neither sets nor
+ * changes the token column keeps a token checked when someone else wrote
+ * it, so it needs the transaction to have fenced exactly that token; a
+ * DELETE needs the transaction to have fenced the lock.
  */
 Datum
 dlock_fenced(PG_FUNCTION_ARGS)
@@ -182,9 +186,18 @@ dlock_fenced(PG_FUNCTION_ARGS)
 	int			token_col = trigger_column(trigdata, args[1], true);
 	HeapTuple	row;
 	char	   *name;
+	DLockKey	key;
 	bool		isnull;
 	int64		token;
 
+	/* a trigger for UPDATE OF some columns never sees updates of the others */
+	if (trigdata->tg_trigger->tgnattr > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("dlock_fenced() trigger \"%s\" must not be limited to UPDATE OF some columns",
+						trigdata->tg_trigger->tgname),
+				 errdetail("Updates of the other columns would not be checked."),
+				 errhint("Create the trigger without OF: BEFORE INSERT OR UPDATE OR DELETE ... FOR EACH ROW.")));
 	check_writable();
 	/* the first call in a database after a restart may be this one */
 	dlock_store_ensure_loaded();
@@ -194,16 +207,14 @@ dlock_fenced(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("lock name column \"%s\" is null", args[0])));
+	if (strlen(name) == 0 || strlen(name) > DLOCK_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock name must be 1 to %d bytes", DLOCK_NAME_MAX)));
+	dlock_make_key(&key, name, strlen(name));
 
 	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 	{
-		DLockKey	key;
-
-		if (strlen(name) == 0 || strlen(name) > DLOCK_NAME_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("lock name must be 1 to %d bytes", DLOCK_NAME_MAX)));
-		dlock_make_key(&key, name, strlen(name));
 		token = (int64) dlock_xact_fenced_token(&key);
 		if (token == 0)
 			ereport(ERROR,
@@ -231,11 +242,32 @@ dlock_fenced(PG_FUNCTION_ARGS)
 							RelationGetRelationName(trigdata->tg_relation)),
 					 errdetail("Token " INT64_FORMAT " is below the token " INT64_FORMAT " the row was written with.",
 							   token, old_token)));
+
+		/*
+		 * The row's own token, left in place, says nothing about the writer:
+		 * a stale holder's UPDATE of other columns would pass as the live
+		 * holder's.  (An earlier trigger may set the column: a changed token
+		 * is the writer's own.)
+		 */
+		if (!bms_is_member(token_col - FirstLowInvalidHeapAttributeNumber, trigdata->tg_updatedcols) &&
+			!isnull && token == old_token)
+		{
+			uint64		fenced = dlock_xact_fenced_token(&key);
+
+			if (fenced != (uint64) token)
+				ereport(ERROR,
+						(errcode(ERRCODE_DLOCK_FENCE),
+						 errmsg("updating \"%s\" needs a fencing token for lock \"%s\"",
+								RelationGetRelationName(trigdata->tg_relation), name),
+						 fenced == 0 ?
+						 errdetail("The update does not set column \"%s\", and the transaction has not fenced the lock.",
+								   args[1]) :
+						 errdetail("The update does not set column \"%s\", so the row keeps token " INT64_FORMAT ", but the transaction fenced token " INT64_FORMAT ".",
+								   args[1], token, (int64) fenced),
+						 errhint("Set column \"%s\" to your lease's token in the UPDATE, or call dlock_fence(lock, token) with the row's token earlier in the transaction.",
+								 args[1])));
+		}
 	}
-	if (strlen(name) == 0 || strlen(name) > DLOCK_NAME_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock name must be 1 to %d bytes", DLOCK_NAME_MAX)));
 	fence(name, strlen(name), token);
 	return PointerGetDatum(row);
 }

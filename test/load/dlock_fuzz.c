@@ -22,6 +22,10 @@
  *     dlock_locks never shows two rows for a name or a token on two names;
  *   - tokens grow: a token that a call certainly got as a new grant is above
  *     every token any client had received before that call was sent;
+ *   - no stale write: an UPDATE of fz_rows that does not set the token
+ *     column, sent where nothing fenced (alone, or in a transaction that
+ *     sent no fence), is refused; none changed a row, and no row it marks
+ *     (stale = true) is in fz_rows at the end;
  *   - quiescence: dlock_waiters empty and dlock_stats.waiting 0 in every
  *     database; every durable live lease has its row (same token, owner,
  *     role and version) and every row that claims a live lease has it in
@@ -125,6 +129,9 @@ typedef struct Stats
 	long		floods;
 	long		hostile_names;
 	long		big_args;		/* 1 MB names or owners */
+	long		stale_sent;		/* unfenced UPDATEs that set no token */
+	long		stale_refused;	/* ... refused with DL001 */
+	long		stale_no_row;	/* ... that matched no row */
 	long		violations;
 	int			finished;
 	int			pid;			/* backend pid of the main connection */
@@ -343,6 +350,9 @@ typedef struct Client
 	bool		xact_failed;
 	bool		savepoint;
 	int			xact_dlock_ops;
+	bool		xact_fenced;	/* sent something that may fence: a stale
+								 * write here may be legitimate */
+	char		last_code[6];	/* SQLSTATE of the last error */
 	int			gid;
 	int			flood;
 	char		owners[OWNERS_PER][32];
@@ -582,6 +592,7 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 	{
 		const char *code = load_sqlstate(last, "?????");
 
+		snprintf(c->last_code, sizeof(c->last_code), "%s", code);
 		c->st->errors++;
 		count_code(c, code);
 		if (!expected_code(code))
@@ -921,6 +932,39 @@ choice_free(Choice *ch)
 	arg_free(&ch->owner);
 }
 
+/* A write through the fencing trigger with a token */
+static const char insert_row[] = "INSERT INTO fz_rows (name, tok) VALUES ($1, $2::bigint)";
+
+/*
+ * A write that carries no token, to the rows written with the live lease's
+ * token (which the trigger would find valid), marking them stale.  Sent
+ * where nothing fenced, it must be refused.
+ */
+static const char stale_update[] =
+"UPDATE fz_rows SET stale = true WHERE name = $1"
+" AND tok IN (SELECT token FROM dlock_locks WHERE name = $1)";
+
+/* Judges the outcome of stale_update. */
+static void
+judge_stale(Client *c, Outcome out, PGresult *res, const Arg *name)
+{
+	char		a[100];
+
+	c->st->stale_sent++;
+	if (out == OUT_ERROR && strcmp(c->last_code, "DL001") == 0)
+		c->st->stale_refused++;
+	if (out != OUT_OK)
+		return;
+	if (strcmp(PQcmdTuples(res), "0") == 0)
+	{
+		c->st->stale_no_row++;
+		return;
+	}
+	show_arg(a, sizeof(a), name);
+	violation(c->st, "c%d: an UPDATE that sets no token was accepted (UPDATE %s, %s) for name %s",
+			  c->id, PQcmdTuples(res), c->in_xact ? "in a transaction that fenced nothing" : "alone", a);
+}
+
 /* One random dlock call (or view read, or fenced write). */
 static void
 dlock_call(Client *c)
@@ -933,6 +977,9 @@ dlock_call(Client *c)
 	int			cancel_us = 0;
 	int			hangup_us = 0;
 	bool		grant_call = false;
+	bool		stale_write = false;
+	bool		wrote_row;
+	int64_t		granted = 0;
 	PGresult   *res;
 	Outcome		out;
 	int64_t		t0,
@@ -1038,13 +1085,32 @@ dlock_call(Client *c)
 		choose_token(c, &ch, &args[1]);
 		sql = "SELECT dlock_fence($1, $2::bigint)";
 		nparams = 2;
+		c->xact_fenced |= c->in_xact;
 	}
-	else if (op < 86)
+	else if (op < 84)
 	{
 		args[0] = ch.name;
 		choose_token(c, &ch, &args[1]);
-		sql = "INSERT INTO fz_rows (name, tok) VALUES ($1, $2::bigint)";
+		sql = insert_row;
 		nparams = 2;
+		c->xact_fenced |= c->in_xact;
+	}
+	else if (op < 86)
+	{
+		/*
+		 * A transaction that may have fenced the rows' token may write
+		 * them without setting it: that one leaves "stale" alone.
+		 */
+		args[0] = ch.name;
+		nparams = 1;
+		if (c->in_xact && c->xact_fenced)
+			sql = "UPDATE fz_rows SET name = name WHERE name = $1"
+				" AND tok IN (SELECT token FROM dlock_locks WHERE name = $1)";
+		else
+		{
+			sql = stale_update;
+			stale_write = true;
+		}
 	}
 	else if (op < 88)
 	{
@@ -1073,6 +1139,8 @@ dlock_call(Client *c)
 	out = exec(c, sql, nparams, args, &res, cancel_us, hangup_us, sql);
 	t1 = load_now_us();
 
+	if (stale_write)
+		judge_stale(c, out, res, &ch.name);
 	if (out == OUT_OK)
 	{
 		if (grant_call && PQntuples(res) == 1)
@@ -1080,7 +1148,10 @@ dlock_call(Client *c)
 			if (PQgetisnull(res, 0, 0))
 				c->st->nulls++;
 			else
-				note_grant(c, &ch, load_int64(res, 0, 0), t0, t1);
+			{
+				granted = load_int64(res, 0, 0);
+				note_grant(c, &ch, granted, t0, t1);
+			}
 		}
 		if (t != NULL && c->in_xact && !grant_call)
 			t->touched = true;
@@ -1090,6 +1161,34 @@ dlock_call(Client *c)
 		t->uncertain = true;	/* a grant may have happened and been undone */
 	if (out != OUT_LOST && c->in_xact)
 		c->xact_dlock_ops++;
+
+	/* a holder writes a row with the token it was just granted */
+	wrote_row = sql == insert_row && out == OUT_OK;
+	if (granted != 0 && !c->in_xact && chance(25))
+	{
+		Arg			row[2];
+
+		row[0] = ch.name;
+		arg_fmt(&row[1], "%" PRId64, granted);
+		out = exec(c, insert_row, 2, row, &res, 0, 0, insert_row);
+		wrote_row = out == OUT_OK;
+		if (out == OUT_OK)
+			PQclear(res);
+		arg_free(&row[1]);
+	}
+
+	/*
+	 * A row just written with a token is most likely the live lease's: the
+	 * same name written again alone, without the token, is the stale write
+	 * of a holder that lost its lease.
+	 */
+	if (wrote_row && !c->in_xact && chance(50))
+	{
+		out = exec(c, stale_update, 1, &ch.name, &res, 0, 0, "stale UPDATE");
+		judge_stale(c, out, res, &ch.name);
+		if (out == OUT_OK)
+			PQclear(res);
+	}
 
 	for (int i = 0; i < 4; i++)
 	{
@@ -1239,6 +1338,7 @@ transaction(Client *c)
 	c->xact_failed = false;
 	c->savepoint = false;
 	c->xact_dlock_ops = 0;
+	c->xact_fenced = false;
 	c->st->xacts++;
 	if (chance(5))
 		simple(c, "SET TRANSACTION READ ONLY");
@@ -1560,6 +1660,16 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	}
 	PQclear(res);
 
+	/* no row was written by an UPDATE that carried no token */
+	res = load_must(conn, "SELECT count(*) FROM fz_rows WHERE stale");
+	if (atoi(PQgetvalue(res, 0, 0)) != 0)
+	{
+		bad++;
+		violation(st, "%s: %s rows of fz_rows were written by an UPDATE that set no token",
+				  db_list[d], PQgetvalue(res, 0, 0));
+	}
+	PQclear(res);
+
 	/* the sentinel is untouched */
 	res = load_must(conn, "SELECT token::text, owner, role::text, version FROM dlock_locks WHERE name = 'sentinel'");
 	if (PQntuples(res) != 1 || strcmp(PQgetvalue(res, 0, 0), sentinel_token) != 0 ||
@@ -1839,6 +1949,9 @@ fuzz_main(void)
 		total.floods += s->floods;
 		total.hostile_names += s->hostile_names;
 		total.big_args += s->big_args;
+		total.stale_sent += s->stale_sent;
+		total.stale_refused += s->stale_refused;
+		total.stale_no_row += s->stale_no_row;
 		total.violations += s->violations;
 		for (int k = 0; k < s->ncodes; k++)
 		{
@@ -1855,6 +1968,16 @@ fuzz_main(void)
 			if (j < MAX_CODES)
 				total.codes[j].n += s->codes[k].n;
 		}
+	}
+
+	/* a row written past the trigger, as a stale UPDATE would have */
+	for (int d = 0; inject && d < ndbs; d++)
+	{
+		PGconn	   *conn = checker_conn(db_list[d]);
+
+		PQclear(load_must(conn, "SET session_replication_role = replica"));
+		PQclear(load_must(conn, "INSERT INTO fz_rows VALUES ('injected', 0, true)"));
+		PQfinish(conn);
 	}
 
 	/* quiescent state, database by database */
@@ -1929,6 +2052,8 @@ fuzz_main(void)
 	printf("chaos          %ld cancels, %ld hang-ups, %ld terminations, %ld reconnects, %ld floods\n",
 		   total.cancels, total.hangups, total.terminations, total.reconnects, total.floods);
 	printf("hostile names  %ld (%ld arguments of 1 MB)\n", total.hostile_names, total.big_args);
+	printf("stale writes   %ld UPDATEs that set no token, unfenced (%ld refused with DL001, %ld matched no row)\n",
+		   total.stale_sent, total.stale_refused, total.stale_no_row);
 	printf("monitor        %ld samples of dlock_locks\n", stats[MAX_CLIENTS].calls);
 	printf("records        %zu token records checked (%ld as new grants), max token %" PRId64 "\n",
 		   nall, nfresh, max_token);
@@ -2303,7 +2428,7 @@ usage(void)
 			"      --herd-name NAME   the name they wait on (herd)\n"
 			"      --herd-mode M      chain, timeout or storm (chain)\n"
 			"      --herd-timeout MS  statement_timeout and own timeouts (300)\n"
-			"      --inject-violations  add two bogus token records: the run must FAIL\n"
+			"      --inject-violations  add two bogus token records and a stale row: the run must FAIL\n"
 			"  -v, --verbose          one line per client\n");
 	exit(2);
 }

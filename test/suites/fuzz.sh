@@ -135,10 +135,11 @@ for db in fz1 fz2; do
 	psql -d "$db" <<'SQL'
 CREATE EXTENSION dlock;
 GRANT EXECUTE ON FUNCTION dlock_force_release(text) TO fz_c;
-CREATE TABLE fz_rows (name text, tok bigint);
-CREATE TRIGGER fenced BEFORE INSERT ON fz_rows
+-- stale: set only by UPDATEs that carry no token, all of which must fail
+CREATE TABLE fz_rows (name text, tok bigint, stale bool NOT NULL DEFAULT false);
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON fz_rows
 	FOR EACH ROW EXECUTE FUNCTION dlock_fenced('name', 'tok');
-GRANT INSERT ON fz_rows TO PUBLIC;
+GRANT SELECT, INSERT, UPDATE ON fz_rows TO PUBLIC;
 SQL
 done
 
