@@ -237,6 +237,67 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		dlock_drop_if_unused(head);
 }
 
+/* Whether this backend's transaction pins the lease. */
+static bool
+pinned_by_me(const DLockEntry *lease)
+{
+	for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
+	{
+		if (lease->pinners[i].pid == MyProcPid)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether a wait for head in mode, queued now, could only end with the
+ * caller's own transaction.  The leases it pins (renewed, extended or
+ * fenced) cannot end before it does; if they alone conflict with the
+ * request, or with that of a waiter queued before it (served first, so
+ * waited for), no other session can end the wait.  Returns the token of
+ * such a lease (0: none), and in *ahead the pid of the waiter before us that
+ * it blocks (0: it blocks our own request).  The caller holds the partition
+ * lock.
+ */
+uint64
+dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead)
+{
+	dlist_mutable_iter iter;
+	dlist_iter	witer;
+	DLockEntry *lease;
+	uint64		token = 0;
+	int			npinned = 0;
+	bool		exclusive = false;
+
+	dlock_foreach_lease(lease, head, iter)
+	{
+		if (lease->pins == 0 || !pinned_by_me(lease))
+			continue;
+		token = Max(token, lease->token);
+		npinned++;
+		exclusive |= (lease->mode == DLOCK_EXCLUSIVE);
+	}
+	*ahead = 0;
+	if (npinned == 0)
+		return 0;
+	/* a semaphore: every waiter asks for a permit, and none is left */
+	if (head->permits != 0)
+		return npinned >= head->permits ? token : 0;
+	if (exclusive || mode == DLOCK_EXCLUSIVE)
+		return token;
+	dlist_foreach(witer, &head->u.h.waiters)
+	{
+		DLockWaiter *w = dlist_container(DLockWaiter, node, witer.cur);
+
+		if (w->mode == DLOCK_EXCLUSIVE)
+		{
+			*ahead = w->pid;
+			return token;
+		}
+	}
+	return 0;
+}
+
 static void
 dequeue(DLockWaiter *w, int64 now)
 {
