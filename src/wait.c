@@ -343,6 +343,28 @@ dlock_end_waits(Oid dbid)
 }
 
 /*
+ * Ends a lease its holder gives up (a release, a grant taken back or never
+ * returned) and hands the name on.  A lease that other transactions pin
+ * (they renewed, extended or fenced it, and their writes may still commit)
+ * only stops being its owner's: no conflicting lease is granted until they
+ * end.  row_deleted: the lease has no row any more (or never had one).  The
+ * caller holds the partition lock exclusively.
+ */
+static void
+give_up(DLockEntry *lease, bool row_deleted, int64 now)
+{
+	DLockEntry *head = dlock_head_of(lease);
+
+	if (row_deleted)
+		lease->version = 0;
+	if (lease->pins > 0)
+		dlock_release_pinned(lease, now);
+	else
+		dlock_end_lease(lease);
+	dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+}
+
+/*
  * Forgets a wait that ends in an error or in backend exit.  A lease granted
  * to us meanwhile was never returned to the caller, so it is passed on.
  */
@@ -364,14 +386,9 @@ dlock_abandon_wait(void)
 	{
 		DLockEntry *lease = dlock_find_lease(&w->key, w->hash, w->token);
 
+		/* its row was never written */
 		if (lease != NULL)
-		{
-			DLockEntry *head = dlock_head_of(lease);
-
-			lease->version = 0; /* its row was never written */
-			dlock_end_lease(lease);
-			dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
-		}
+			give_up(lease, true, dlock_mono_now());
 	}
 	w->state = DLOCK_WAIT_NONE;
 	LWLockRelease(lock);
@@ -624,18 +641,7 @@ dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_dele
 	dlock_wake_init();
 	lease = lock_lease(key, hash, token);
 	if (lease != NULL)
-	{
-		DLockEntry *head = dlock_head_of(lease);
-		int64		now = dlock_mono_now();
-
-		if (row_deleted)
-			lease->version = 0;
-		if (lease->pins > 0)
-			dlock_release_pinned(lease, now);
-		else
-			dlock_end_lease(lease);
-		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
-	}
+		give_up(lease, row_deleted, dlock_mono_now());
 	LWLockRelease(dlock_partition_lock(hash));
 	dlock_wake_all();
 }

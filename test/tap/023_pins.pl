@@ -113,6 +113,49 @@ is($alive, 1, 'one side of the cycle was terminated, the other got its lease');
 eval { $a->quit };
 eval { $b->quit };
 
+# 6. A waiter granted the lease but cancelled before it noticed gives the
+# lease up.  A session that fenced that lease meanwhile (a memory-only lease
+# is fenceable at once; its token is in dlock_locks) still pins it: the next
+# waiter is granted only after the fencing transaction ends.  The granted
+# waiter is stopped (SIGSTOP) from its grant until its cancel is pending.
+$node->safe_psql('postgres', q{SELECT dlock_try('abandon', '1 hour', 'first')});
+my $w = holder();
+my $wpid = $w->query_safe(q{SET dlock.durable = off; SELECT pg_backend_pid();});
+$w->query_until(qr/sent/, "\\echo sent\nSELECT dlock_acquire('abandon', '1 hour', NULL, 'w');\n");
+ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM dlock_waiters WHERE pid = $wpid}),
+	'the first waiter is queued');
+my $n = holder();
+# its own grace is long: nothing here is terminated
+$n->query_safe(q{SET dlock.fence_grace = '1 h'});
+$n->query_until(qr/sent/, "\\echo sent\nSELECT dlock_acquire('abandon', '1 hour', NULL, 'n');\n");
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM dlock_waiters WHERE name = 'abandon'}),
+	'the next waiter is queued behind it');
+ok($node->poll_query_until('postgres',
+		qq{SELECT wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = $wpid}),
+	'the first waiter sleeps');
+kill 'STOP', $wpid;
+$node->safe_psql('postgres', q{SELECT dlock_release('abandon', 'first')});
+my $tw = $node->safe_psql('postgres', q{SELECT token FROM dlock_locks WHERE name = 'abandon' AND owner = 'w'});
+like($tw, qr/^\d+$/, 'the stopped waiter was granted the lease');
+my $f = holder();
+$f->query_safe("BEGIN; SELECT dlock_fence('abandon', $tw); INSERT INTO work VALUES ('abandon', $tw);");
+$node->safe_psql('postgres', qq{SELECT pg_cancel_backend($wpid)});
+kill 'CONT', $wpid;
+my ($wout, $wfailed) = $w->query('SELECT 1');
+ok($wfailed && $w->{stderr} =~ /canceling statement due to user request/,
+	'the granted waiter is cancelled before it noticed its grant');
+is($node->safe_psql('postgres', q{SELECT string_agg(owner, ',') FROM dlock_waiters WHERE name = 'abandon'}),
+	'n', 'the lease it gave up is still fenced: the next waiter still waits');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock_locks WHERE name = 'abandon'}),
+	'0', '... and the lease is nobody\'s');
+$f->query_safe('COMMIT');
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock_locks WHERE name = 'abandon' AND owner = 'n'}),
+	'once the fencing transaction committed, the next waiter is granted');
+cmp_ok($node->safe_psql('postgres', q{SELECT token FROM dlock_locks WHERE name = 'abandon'}), '>', $tw,
+	'... a newer token');
+$node->safe_psql('postgres', q{SELECT dlock_release('abandon', 'n')});
+$_->quit for ($w, $n, $f);
+
 ok(!$node->log_contains(qr/PANIC|TRAP:|terminated by signal/), 'no crash');
 $node->stop;
 done_testing();
