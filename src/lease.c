@@ -99,6 +99,22 @@ too_many_pinners(const DLockRequest *req)
 			 errhint("Commit or roll back the other sessions' transactions that renewed or fenced it.")));
 }
 
+pg_noreturn static void self_deadlock(const DLockRequest *req, uint64 token, int ahead);
+
+static void
+self_deadlock(const DLockRequest *req, uint64 token, int ahead)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			 errmsg("deadlock detected waiting for lock \"%.*s\"", req->key.len, req->key.name),
+			 ahead == 0 ?
+			 errdetail("This transaction pins the lease with token " UINT64_FORMAT " on that lock (it renewed, extended or fenced it), so the lease cannot end before the transaction does, nor the wait.",
+					   token) :
+			 errdetail("This transaction pins the lease with token " UINT64_FORMAT " on that lock (it renewed, extended or fenced it), which process %d, queued for the lock first, waits to end.",
+					   token, ahead),
+			 errhint("End the transaction before waiting for the lock.")));
+}
+
 static void
 mode_conflict(const DLockRequest *req, DLockMode held)
 {
@@ -375,7 +391,15 @@ retry:
 
 		/* a waiter that may need an entry of its own counts it now */
 		bool		reserve = (head->permits != 0 || req->mode != DLOCK_EXCLUSIVE);
+		int			ahead;
+		uint64		pinned = dlock_self_deadlock(head, req->mode, &ahead);
 
+		if (pinned != 0)
+		{
+			LWLockRelease(lock);
+			dlock_wake_all();
+			self_deadlock(req, pinned, ahead);
+		}
 		if (reserve && !dlock_reserve(head))
 			goto full;
 		/* lock_timeout bounds this wait as it bounds any lock wait */

@@ -7,7 +7,9 @@
  * waiters at the front of the queue that fit and sets their latches.  The
  * head waiter also arms a timer for the holders' expiry, so a dead holder is
  * replaced on time even with no worker running; the others sleep until their
- * own deadline.
+ * own deadline.  The head waiter also terminates the backends whose open
+ * transactions keep a lease that ended pinned past dlock.fence_grace, when
+ * its role could end them with pg_terminate_backend().
  *
  * Locking: a queue belongs to its name's partition lock; latches are set
  * only after that lock is released; a waiter sleeps holding no LWLock and
@@ -15,11 +17,13 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_authid.h"
 #include "libpq/libpq-be.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/procarray.h"
+#include "utils/acl.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -32,6 +36,13 @@
 static DLockWaiter *slots = NULL;
 static DLockWaiter *my_slot = NULL;
 static WaitEventSet *wait_set = NULL;
+
+/*
+ * Overdue pinners this wait has dealt with (signalled, or found it may not
+ * end), so that each is judged and logged once; MaxBackends of them.
+ */
+static int *dealt_with = NULL;
+static int	ndealt = 0;
 
 /* latches to set once the partition locks are released */
 static PGPROC **to_wake = NULL;
@@ -116,6 +127,7 @@ dlock_wait_prepare(void)
 		elog(ERROR, "dlock waits need a regular backend");
 
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	dealt_with = palloc(sizeof(int) * MaxBackends);
 	wait_set = DLockCreateWaitEventSet(3);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
@@ -237,6 +249,67 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		dlock_drop_if_unused(head);
 }
 
+/* Whether this backend's transaction pins the lease. */
+static bool
+pinned_by_me(const DLockEntry *lease)
+{
+	for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
+	{
+		if (lease->pinners[i].pid == MyProcPid)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether a wait for head in mode, queued now, could only end with the
+ * caller's own transaction.  The leases it pins (renewed, extended or
+ * fenced) cannot end before it does; if they alone conflict with the
+ * request, or with that of a waiter queued before it (served first, so
+ * waited for), no other session can end the wait.  Returns the token of
+ * such a lease (0: none), and in *ahead the pid of the waiter before us that
+ * it blocks (0: it blocks our own request).  The caller holds the partition
+ * lock.
+ */
+uint64
+dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead)
+{
+	dlist_mutable_iter iter;
+	dlist_iter	witer;
+	DLockEntry *lease;
+	uint64		token = 0;
+	int			npinned = 0;
+	bool		exclusive = false;
+
+	dlock_foreach_lease(lease, head, iter)
+	{
+		if (lease->pins == 0 || !pinned_by_me(lease))
+			continue;
+		token = Max(token, lease->token);
+		npinned++;
+		exclusive |= (lease->mode == DLOCK_EXCLUSIVE);
+	}
+	*ahead = 0;
+	if (npinned == 0)
+		return 0;
+	/* a semaphore: every waiter asks for a permit, and none is left */
+	if (head->permits != 0)
+		return npinned >= head->permits ? token : 0;
+	if (exclusive || mode == DLOCK_EXCLUSIVE)
+		return token;
+	dlist_foreach(witer, &head->u.h.waiters)
+	{
+		DLockWaiter *w = dlist_container(DLockWaiter, node, witer.cur);
+
+		if (w->mode == DLOCK_EXCLUSIVE)
+		{
+			*ahead = w->pid;
+			return token;
+		}
+	}
+	return 0;
+}
+
 static void
 dequeue(DLockWaiter *w, int64 now)
 {
@@ -282,6 +355,28 @@ dlock_end_waits(Oid dbid)
 }
 
 /*
+ * Ends a lease its holder gives up (a release, a grant taken back or never
+ * returned) and hands the name on.  A lease that other transactions pin
+ * (they renewed, extended or fenced it, and their writes may still commit)
+ * only stops being its owner's: no conflicting lease is granted until they
+ * end.  row_deleted: the lease has no row any more (or never had one).  The
+ * caller holds the partition lock exclusively.
+ */
+static void
+give_up(DLockEntry *lease, bool row_deleted, int64 now)
+{
+	DLockEntry *head = dlock_head_of(lease);
+
+	if (row_deleted)
+		lease->version = 0;
+	if (lease->pins > 0)
+		dlock_release_pinned(lease, now);
+	else
+		dlock_end_lease(lease);
+	dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+}
+
+/*
  * Forgets a wait that ends in an error or in backend exit.  A lease granted
  * to us meanwhile was never returned to the caller, so it is passed on.
  */
@@ -303,14 +398,9 @@ dlock_abandon_wait(void)
 	{
 		DLockEntry *lease = dlock_find_lease(&w->key, w->hash, w->token);
 
+		/* its row was never written */
 		if (lease != NULL)
-		{
-			DLockEntry *head = dlock_head_of(lease);
-
-			lease->version = 0; /* its row was never written */
-			dlock_end_lease(lease);
-			dlock_settle(head, dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
-		}
+			give_up(lease, true, dlock_mono_now());
 	}
 	w->state = DLOCK_WAIT_NONE;
 	LWLockRelease(lock);
@@ -347,74 +437,164 @@ typedef struct Overdue
 /* whether the waiting transaction pins leases itself (see find_overdue) */
 static bool waiter_holds_pins = false;
 
+static bool
+dealt_with_pid(int pid)
+{
+	for (int i = 0; i < ndealt; i++)
+	{
+		if (dealt_with[i] == pid)
+			return true;
+	}
+	return false;
+}
+
+static int64
+earliest(int64 a, int64 b)
+{
+	return (a == 0 || (b != 0 && b < a)) ? b : a;
+}
+
 /*
  * The backends whose transactions pin one of head's leases past its end for
- * longer than dlock.fence_grace, while we wait: at most max into *out.
+ * longer than dlock.fence_grace, while we wait, and that this wait has not
+ * dealt with yet: at most max into *out.  *look_at is when the head waiter
+ * must look again (0: when woken), as head_timer() but for the pinned
+ * leases overdue already: their pinners, once dealt with, end (or not) on
+ * their own, and their unpin settles the name, which wakes it.
  *
  * A waiter whose own transaction pins leases may be one side of a wait
- * cycle, whose other side is about to terminate it; so that only one side
- * goes, it gives a pinner with a higher pid one more grace.
+ * cycle, whose other side may be about to terminate it; so that only one
+ * side goes, it gives a pinner with a higher pid one more grace.
  */
 static int
-find_overdue(DLockEntry *head, int64 now, Overdue *out, int max)
+find_overdue(DLockEntry *head, int64 now, Overdue *out, int max, int64 *look_at)
 {
 	dlist_mutable_iter iter;
 	DLockEntry *lease;
 	int			n = 0;
 	int64		grace = (int64) dlock_fence_grace_ms * 1000;
 
+	*look_at = 0;
 	dlock_foreach_lease(lease, head, iter)
 	{
-		if (lease->pins == 0 || dlock_overdue_at(lease) > now)
+		int64		at = lease->pins == 0 ? dlock_free_at(lease) : dlock_overdue_at(lease);
+
+		if (lease->pins == 0 || at > now)
+		{
+			*look_at = earliest(*look_at, at);
 			continue;
-		for (int i = 0; i < DLOCK_MAX_PINNERS && n < max; i++)
+		}
+		for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
 		{
 			int			pid = lease->pinners[i].pid;
 
-			if (pid == 0 || pid == MyProcPid ||
-				(waiter_holds_pins && pid > MyProcPid &&
-				 dlock_overdue_at(lease) + grace > now))
+			if (pid == 0 || pid == MyProcPid || dealt_with_pid(pid))
 				continue;
-			out[n].pid = lease->pinners[i].pid;
-			out[n].token = lease->token;
-			out[n].overdue_ms = (now - lease->expires) / 1000;
-			n++;
+			if (waiter_holds_pins && pid > MyProcPid && at + grace > now)
+				*look_at = earliest(*look_at, at + grace);
+			else if (n == max)
+				*look_at = now; /* the rest at the next look */
+			else
+			{
+				out[n].pid = pid;
+				out[n].token = lease->token;
+				out[n].overdue_ms = (now - lease->expires) / 1000;
+				n++;
+			}
 		}
 	}
 	return n;
 }
 
-/* backends this wait has signalled already, so each is told (and logged) once */
-static int	signalled[DLOCK_MAX_PINNERS * 4];
-static int	nsignalled = 0;
+/*
+ * Whether this waiter's role may end backend pid, by the rules of
+ * pg_terminate_backend(): a superuser's backend only if it is a superuser,
+ * any other if it has the privileges of that backend's role or of
+ * pg_signal_backend.  Reads catalogs: not under a partition lock.
+ */
+static bool
+may_terminate(int pid)
+{
+	PGPROC	   *proc = BackendPidGetProc(pid);
+	Oid			roleid;
+
+	if (proc == NULL)
+		return false;			/* gone, and its pins with it */
+	roleid = proc->roleId;
+	if (superuser_arg(roleid) && !superuser())
+		return false;
+	return has_privs_of_role(GetUserId(), roleid) ||
+		has_privs_of_role(GetUserId(), ROLE_PG_SIGNAL_BACKEND);
+}
 
 /*
- * Ends the backends found by find_overdue(): their transactions roll back,
- * their pins go, and the name moves on.  This bounds how long a holder that
- * hangs inside a renewing or fencing transaction keeps its name, and breaks
- * wait cycles through pins, which the deadlock detector cannot see.
+ * Terminates the backend of one overdue pinner if it still pins that lease
+ * and we still wait.  The signal goes out under the partition lock: a
+ * pinner drops its pins under that lock when its transaction ends, so the
+ * signal reaches the pinning transaction (or ends the session as its commit
+ * finishes), never a later one.  Returns whether it was sent, in *err errno.
+ */
+static bool
+terminate_pinner(const DLockWaiter *w, const Overdue *overdue, int *err)
+{
+	LWLock	   *lock = dlock_partition_lock(w->hash);
+	DLockEntry *lease;
+	bool		pinning = false;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	lease = dlock_find_lease(&w->key, w->hash, overdue->token);
+	if (w->state == DLOCK_WAIT_QUEUED && lease != NULL &&
+		dlock_overdue_at(lease) <= dlock_mono_now())
+	{
+		for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
+			pinning |= (lease->pinners[i].pid == overdue->pid);
+	}
+	*err = 0;
+	if (pinning && kill(overdue->pid, SIGTERM) != 0)
+		*err = errno;
+	LWLockRelease(lock);
+	return pinning;
+}
+
+/*
+ * Ends the backends found by find_overdue() that this waiter's role may
+ * end: their transactions roll back, their pins go, and the name moves on.
+ * This bounds how long a holder that hangs inside a renewing or fencing
+ * transaction keeps its name, and breaks wait cycles through pins, which the
+ * deadlock detector cannot see.  A pinner the role may not end keeps the
+ * name until its transaction ends: it is logged, once.
  */
 static void
 terminate_overdue(const DLockWaiter *w, const Overdue *overdue, int n)
 {
 	for (int i = 0; i < n; i++)
 	{
-		bool		done = false;
+		int			err;
 
-		for (int j = 0; j < nsignalled; j++)
-			done |= (signalled[j] == overdue[i].pid);
-		if (done || BackendPidGetProc(overdue[i].pid) == NULL)
+		Assert(ndealt < MaxBackends);
+		dealt_with[ndealt++] = overdue[i].pid;
+		if (!may_terminate(overdue[i].pid))
+		{
+			ereport(LOG,
+					(errmsg("dlock: backend %d has pinned lease \"%.*s\" (token " UINT64_FORMAT ") for " INT64_FORMAT " ms after the lease ended, while others wait; role \"%s\" waiting for it may not terminate that backend",
+							overdue[i].pid, w->key.len, w->key.name, overdue[i].token,
+							overdue[i].overdue_ms, GetUserNameFromId(GetUserId(), false)),
+					 errhint("A waiter terminates such a backend only if its role could call pg_terminate_backend() on it.")));
 			continue;
-		if (nsignalled < (int) lengthof(signalled))
-			signalled[nsignalled++] = overdue[i].pid;
+		}
+		if (!terminate_pinner(w, &overdue[i], &err))
+			continue;
 		ereport(LOG,
 				(errmsg("dlock: terminating backend %d: its transaction has pinned lease \"%.*s\" (token " UINT64_FORMAT ") for " INT64_FORMAT " ms after the lease ended, while others wait",
 						overdue[i].pid, w->key.len, w->key.name, overdue[i].token,
 						overdue[i].overdue_ms),
 				 errhint("A transaction that renews or fences a lease must end within dlock.fence_grace of the lease's end.")));
-		if (kill(overdue[i].pid, SIGTERM) != 0)
+		if (err != 0)
+		{
+			errno = err;
 			ereport(WARNING,
 					(errmsg("could not send signal to process %d: %m", overdue[i].pid)));
+		}
 	}
 }
 
@@ -429,6 +609,7 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	bool		done = false;
 	Overdue		overdue[DLOCK_MAX_PINNERS * 4];
 	int			noverdue = 0;
+	int64		look_at = 0;
 	bool		ended = false;
 
 	/* a grant to us needs a reserved token; the reservation may fail */
@@ -442,7 +623,8 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	{
 		dlock_settle(w->head, *now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
 		if (w->state == DLOCK_WAIT_QUEUED)
-			noverdue = find_overdue(w->head, *now, overdue, lengthof(overdue));
+			noverdue = find_overdue(w->head, *now, overdue, lengthof(overdue),
+									&look_at);
 	}
 
 	if (w->state == DLOCK_WAIT_GRANTED)
@@ -467,10 +649,7 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	{
 		bool		is_head = dlist_head_node(&w->head->u.h.waiters) == &w->node;
 
-		*wake_at = is_head ? head_timer(w->head, w->deadline) : w->deadline;
-		/* overdue pinners were signalled: their exit settles the name */
-		if (*wake_at != 0 && *wake_at <= *now)
-			*wake_at = *now + 100 * 1000;
+		*wake_at = is_head ? earliest(look_at, w->deadline) : w->deadline;
 		w->wake_at = *wake_at;
 	}
 	LWLockRelease(lock);
@@ -510,7 +689,7 @@ dlock_sleep(bool holds_pins)
 	volatile uint64 token = 0;
 
 	Assert(w != NULL && w->state == DLOCK_WAIT_QUEUED);
-	nsignalled = 0;
+	ndealt = 0;
 	waiter_holds_pins = holds_pins;
 	PG_TRY();
 	{
@@ -563,18 +742,7 @@ dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_dele
 	dlock_wake_init();
 	lease = lock_lease(key, hash, token);
 	if (lease != NULL)
-	{
-		DLockEntry *head = dlock_head_of(lease);
-		int64		now = dlock_mono_now();
-
-		if (row_deleted)
-			lease->version = 0;
-		if (lease->pins > 0)
-			dlock_release_pinned(lease, now);
-		else
-			dlock_end_lease(lease);
-		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
-	}
+		give_up(lease, row_deleted, dlock_mono_now());
 	LWLockRelease(dlock_partition_lock(hash));
 	dlock_wake_all();
 }

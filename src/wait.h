@@ -56,6 +56,7 @@ extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 						  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
 						  TransactionId durable_xid);
 extern void dlock_wait_prepare(void);
+extern uint64 dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead);
 extern uint64 dlock_sleep(bool holds_pins);
 extern void dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep);
 extern void dlock_end_waits(Oid dbid);
