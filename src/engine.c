@@ -32,8 +32,13 @@ typedef struct DLockShared
 	pg_atomic_uint32 nentries;
 	/* entries per database, by the slot store.c gave the database */
 	pg_atomic_uint32 db_entries[DLOCK_MAX_DATABASES];
-	/* per database: rows that ended leases left for the sweeper */
+	/*
+	 * per database: rows that ended leases left for the sweeper, counted
+	 * since the start (wrapping), and that count as a sweep that committed
+	 * having deleted all it saw last read it
+	 */
 	pg_atomic_uint32 db_dead_rows[DLOCK_MAX_DATABASES];
+	pg_atomic_uint32 db_dead_swept[DLOCK_MAX_DATABASES];
 	/* per partition: its held, unpinned leases by expiry, earliest first */
 	pairingheap heaps[DLOCK_PARTITIONS];
 	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
@@ -101,11 +106,15 @@ dlock_engine_set_db(int db)
 	my_db = db;
 }
 
-/* Rows of ended leases of database slot db: how many, and clearing them */
+/*
+ * Rows of ended leases of database slot db: how many are left to sweep, and
+ * forgetting them (the table went).
+ */
 uint32
 dlock_dead_rows(int db)
 {
-	return pg_atomic_read_u32(&shared->db_dead_rows[db]);
+	return pg_atomic_read_u32(&shared->db_dead_rows[db]) -
+		pg_atomic_read_u32(&shared->db_dead_swept[db]);
 }
 
 void
@@ -117,7 +126,29 @@ dlock_dead_rows_add(int db, uint32 n)
 void
 dlock_dead_rows_clear(int db)
 {
-	pg_atomic_write_u32(&shared->db_dead_rows[db], 0);
+	dlock_dead_rows_swept(db, dlock_dead_rows_mark(db));
+}
+
+/*
+ * A sweep reads the mark before it reads the table, and once it committed
+ * having deleted every ended row it saw, passes it to dlock_dead_rows_swept:
+ * rows left after the mark stay to sweep.  Concurrent sweeps only move the
+ * swept mark forward.
+ */
+uint32
+dlock_dead_rows_mark(int db)
+{
+	return pg_atomic_read_u32(&shared->db_dead_rows[db]);
+}
+
+void
+dlock_dead_rows_swept(int db, uint32 mark)
+{
+	uint32		cur = pg_atomic_read_u32(&shared->db_dead_swept[db]);
+
+	while ((int32) (mark - cur) > 0 &&
+		   !pg_atomic_compare_exchange_u32(&shared->db_dead_swept[db], &cur, mark))
+		;
 }
 
 /* The engine's shared memory: its state and the lease hash */
@@ -154,6 +185,7 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 		{
 			pg_atomic_init_u32(&shared->db_entries[i], 0);
 			pg_atomic_init_u32(&shared->db_dead_rows[i], 0);
+			pg_atomic_init_u32(&shared->db_dead_swept[i], 0);
 		}
 		for (int i = 0; i < DLOCK_NUM_STATS; i++)
 		{
@@ -218,10 +250,12 @@ dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wall_now)
 	return result;
 }
 
+/* Callers check names first; a name that does not fit is a bug, not a crash. */
 void
 dlock_make_key(DLockKey *key, const char *name, int len)
 {
-	Assert(len > 0 && len <= DLOCK_NAME_MAX);
+	if (unlikely(len < 1 || len > DLOCK_NAME_MAX))
+		elog(ERROR, "dlock lock name of %d bytes", len);
 	memset(key, 0, sizeof(DLockKey));
 	key->dbid = MyDatabaseId;
 	key->len = len;
@@ -360,6 +394,13 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 	entry->expires = 0;
 	entry->granted_at = 0;
 	entry->version = 0;
+
+	/*
+	 * A new head does not know whether an entry of its name that was
+	 * dropped left rows: it assumes so while any row of its database is
+	 * left to sweep.
+	 */
+	entry->stale_rows = (head == NULL && dlock_dead_rows(db) != 0);
 	if (head == NULL)
 	{
 		dlist_init(&entry->u.h.holders);
@@ -375,7 +416,6 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 	entry->in_heap = false;
 	entry->durable = false;
 	entry->mode = DLOCK_EXCLUSIVE;
-	entry->stale_rows = false;
 	entry->clear_rows = false;
 	entry->db = db;
 	entry->owner.len = 0;
@@ -758,15 +798,19 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 	}
 	lease->durable = TransactionIdIsValid(durable_xid);
 	lease->mode = mode;
+
+	/*
+	 * Whatever its mode, a grant deletes the rows of the name's ended leases
+	 * (a memory-only one too): after a crash, nothing else would tell the
+	 * rebuild that they ended before this token was issued.
+	 */
+	lease->clear_rows = head->stale_rows;
+	head->stale_rows = false;
 	if (lease->durable)
 	{
 		/* the row counts from now: an end before it is written leaves it */
 		lease->version = 1;
 		lease->grant_xid = durable_xid;
-		lease->clear_rows = head->stale_rows && mode == DLOCK_EXCLUSIVE &&
-			head->permits == 0;
-		if (lease->clear_rows)
-			head->stale_rows = false;
 	}
 	dlock_count(DLOCK_STAT_GRANTS);
 	dlock_set_expires(lease, now + ttl);
@@ -807,11 +851,13 @@ dlock_end_lease(DLockEntry *lease)
 	DLockEntry *head = dlock_head_of(lease);
 
 	Assert(lease->token != 0);
-	if (lease->durable && lease->version != 0)
+	if ((lease->durable && lease->version != 0) || lease->clear_rows)
 	{
+		/* its row, or those its uncommitted grant was to delete */
 		pg_atomic_fetch_add_u32(&shared->db_dead_rows[lease->db], 1);
 		head->stale_rows = true;
 	}
+	lease->clear_rows = false;
 	if (lease->in_heap)
 		pairingheap_remove(partition_heap(lease->hash % DLOCK_PARTITIONS), &lease->heap_node);
 	lease->in_heap = false;

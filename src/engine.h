@@ -90,12 +90,16 @@ typedef struct DLockEntry
 	bool		in_heap;		/* in its partition's expiry heap */
 	bool		durable;		/* stored in the lease table */
 	uint8		mode;			/* DLockMode of the lease */
-	bool		stale_rows;		/* head: ended leases may have left rows */
+	bool		stale_rows;		/* head: ended leases may have left rows (set
+								 * for a new head while its database has rows
+								 * left to sweep) */
 	bool		released;		/* released while pinned: no longer the
 								 * owner's, but it keeps its name until the
 								 * pins are gone (expires: when released) */
-	bool		clear_rows;		/* durable grant: its row write also deletes
-								 * the rows of the name's ended leases */
+	bool		clear_rows;		/* a grant that deletes the rows of the name's
+								 * ended leases in its transaction; cleared
+								 * when that commits (an end before gives the
+								 * rows back to stale_rows) */
 	uint8		db;				/* slot of its database, whose entry count
 								 * includes it */
 	DLockOwner	owner;
@@ -137,6 +141,8 @@ extern void dlock_engine_set_db(int db);
 extern uint32 dlock_dead_rows(int db);
 extern void dlock_dead_rows_add(int db, uint32 n);
 extern void dlock_dead_rows_clear(int db);
+extern uint32 dlock_dead_rows_mark(int db);
+extern void dlock_dead_rows_swept(int db, uint32 mark);
 extern Size dlock_engine_shmem_size(void);
 extern void dlock_engine_shmem_init(LWLockPadded *locks);
 extern bool dlock_shmem_ready(void);

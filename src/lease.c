@@ -155,7 +155,9 @@ fill_row(DLockRow *row, const DLockEntry *lease, int64 version)
 	row->granted_at = lease->granted_at;
 	row->mode = (DLockMode) lease->mode;
 	row->permits = dlock_head_of(lease)->permits;
-	row->takeover = lease->clear_rows;
+	/* an exclusive lease's row closes every older row of its name anyway */
+	row->takeover = lease->clear_rows && lease->mode == DLOCK_EXCLUSIVE &&
+		row->permits == 0;
 	row->version = version;
 }
 
@@ -165,6 +167,20 @@ insert_row(const DLockRequest *req, DLockRow *row, int64 expires, int64 now)
 	row->expires_at = dlock_mono_to_wall(expires, now, GetCurrentTimestamp());
 	row->ttl = req->ttl;
 	dlock_store_insert(&req->key, row);
+}
+
+/*
+ * A grant found rows of the name's ended leases (clear_rows): they are
+ * deleted in its transaction, by its row insert (row->takeover) or here, so
+ * no crash can bring back a lease that ended before the grant's token.
+ */
+static void
+clear_rows(const DLockRequest *req, struct DLockOp *op, const DLockRow *row,
+		   uint64 token)
+{
+	dlock_xact_cleared_rows(op);
+	if (!row->takeover || !req->durable)
+		dlock_store_clear_rows(&req->key, req->hash, token);
 }
 
 /*
@@ -280,6 +296,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	bool		retried = false;
 	bool		found;
 	bool		durable;
+	bool		clears;
 	bool		no_token;
 
 	if (timeout == 0 && refused_at_a_glance(req))
@@ -430,23 +447,24 @@ retry:
 			return 0;
 		}
 		dlock_xact_granted(op, token, req->durable);
-		dlock_store_note_token(token);
-		if (!req->durable)
-			return token;
 
 		/* granted by another backend: read what to write */
 		LWLockAcquire(lock, LW_SHARED);
 		now = dlock_mono_now();
 		lease = dlock_find_lease(&req->key, req->hash, token);
 		found = (lease != NULL);
+		clears = found && lease->clear_rows;
 		if (found)
 		{
 			fill_row(&row, lease, 1);
 			expires = lease->expires;
 		}
 		LWLockRelease(lock);
+		dlock_store_note_token(token);
+		if (clears)
+			clear_rows(req, op, &row, token);
 		/* (a lease that ended already leaves no row) */
-		if (found)
+		if (found && req->durable)
 			insert_row(req, &row, expires, now);
 		return token;
 	}
@@ -454,11 +472,14 @@ retry:
 	dlock_xact_granted(op, lease->token, lease->durable);
 	token = lease->token;
 	durable = lease->durable;
-	if (durable)
+	clears = lease->clear_rows;
+	if (durable || clears)
 		fill_row(&row, lease, 1);
 	LWLockRelease(lock);
 	dlock_wake_all();
 	dlock_store_note_token(token);
+	if (clears)
+		clear_rows(req, op, &row, token);
 	if (durable)
 		insert_row(req, &row, now + req->ttl, now);
 	return token;

@@ -43,6 +43,7 @@
 #include "storage/lmgr.h"
 #include "storage/procarray.h"
 #include "storage/spin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -83,6 +84,10 @@ typedef struct DbSlot
 									 * last read or committed */
 	bool		stale_expiries; /* rows of restored leases may still hold the
 								 * old server's expiry */
+	uint32		restores;		/* times stale_expiries was set */
+	int64		sweep_retry_at; /* monotonic clock: the worker sends no
+								 * sweeper before, as the last sweep failed or
+								 * left rows (0: none) */
 	bool		loaded;			/* loaded once since the server started (a
 								 * dropped and re-created extension keeps it) */
 } DbSlot;
@@ -147,6 +152,8 @@ static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_sweep = NULL;
 static SPIPlanPtr plan_floor = NULL;
 static SPIPlanPtr plan_move = NULL;
+static SPIPlanPtr plan_clear = NULL;
+static SPIPlanPtr plan_clear_probe = NULL;
 static DbSlot *my_slot = NULL;
 
 /*
@@ -174,7 +181,7 @@ static void
 forget_plans(void)
 {
 	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_delete, &plan_update, &plan_floor,
-	&plan_sweep, &plan_move};
+	&plan_sweep, &plan_move, &plan_clear, &plan_clear_probe};
 
 	for (size_t i = 0; i < lengthof(plans); i++)
 	{
@@ -359,6 +366,8 @@ claim_db_slot(void)
 		free_slot->loaded = false;
 		dlock_dead_rows_clear(free_slot - dbs->slots);
 		free_slot->stale_expiries = false;
+		free_slot->restores = 0;
+		free_slot->sweep_retry_at = 0;
 		pg_atomic_write_u64(&free_slot->token_floor, 0);
 		free_slot->state = DB_NOT_LOADED;
 		SpinLockRelease(&dbs->mutex);
@@ -394,6 +403,7 @@ purge_database(Oid dbid)
 		if (entry->key.dbid == dbid && !dlock_is_head(entry))
 		{
 			entry->version = 0;
+			entry->clear_rows = false;
 			dlock_end_lease(entry);
 		}
 	}
@@ -405,12 +415,56 @@ purge_database(Oid dbid)
 		if (entry->token != 0)
 		{
 			entry->version = 0;
+			entry->clear_rows = false;
 			dlock_end_lease(entry);
 		}
 		dlock_drop_if_unused(entry);
 	}
 	dlock_unlock_all_partitions();
 	dlock_wake_all();
+}
+
+/*
+ * Whether a row keeps the table's rules (see load_rows), as one boolean
+ * column for the queries that read rows: the rebuild restores only rows
+ * that do, the sweep deletes the others (no lease can have such a row), and
+ * only theirs are fit for dlock_make_key.
+ */
+static const char *
+row_valid_sql(void)
+{
+	static char *sql = NULL;
+
+	if (sql == NULL)
+		sql = MemoryContextStrdup(TopMemoryContext,
+								  psprintf("(token OPERATOR(pg_catalog.>) 0"
+										   " AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.>=) 1"
+										   " AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) %d"
+										   " AND pg_catalog.octet_length(owner) OPERATOR(pg_catalog.>=) 1"
+										   " AND pg_catalog.octet_length(owner) OPERATOR(pg_catalog.<=) %d"
+										   " AND pg_catalog.isfinite(expires_at)"
+										   " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
+										   " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true)"
+										   " AND ttl OPERATOR(pg_catalog.>) '0'::pg_catalog.interval"
+										   " AND ttl OPERATOR(pg_catalog.<=) pg_catalog.make_interval(secs => %d))",
+										   DLOCK_NAME_MAX, DLOCK_OWNER_MAX,
+										   (int) (DLOCK_TTL_MAX / USECS_PER_SEC)));
+	return sql;
+}
+
+/* A restored name whose ended leases left rows: its next grant deletes them. */
+static void
+mark_stale_rows(const DLockKey *key)
+{
+	uint32		hash = dlock_key_hash(key);
+	LWLock	   *lock = dlock_partition_lock(hash);
+	DLockEntry *head;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	head = dlock_find(key, hash);
+	if (head != NULL)
+		head->stale_rows = true;
+	LWLockRelease(lock);
 }
 
 /*
@@ -528,13 +582,8 @@ load_rows(bool after_start)
 	args[0] = TimestampTzGetDatum(since);
 	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
 									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
-									   " expires_at OPERATOR(pg_catalog.>) $1,"
-									   " pg_catalog.octet_length(name), pg_catalog.octet_length(owner),"
-									   " pg_catalog.isfinite(expires_at)"
-									   " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
-									   " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true),"
-									   " ttl"
-									   " FROM %s ORDER BY name, token DESC", lease_table),
+									   " expires_at OPERATOR(pg_catalog.>) $1, %s, ttl"
+									   " FROM %s ORDER BY name, token DESC", row_valid_sql(), lease_table),
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 
@@ -550,17 +599,14 @@ load_rows(bool after_start)
 		bool		shared = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
 		int32		permits = DatumGetInt32(SPI_getbinval(tuple, desc, 9, &isnull));
 		bool		live = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
-		int32		name_len = DatumGetInt32(SPI_getbinval(tuple, desc, 11, &isnull));
-		int32		owner_len = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
-		bool		sound = DatumGetBool(SPI_getbinval(tuple, desc, 13, &isnull));
-		int64		ttl = dlock_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 14, &isnull)));
+		bool		valid = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
+		int64		ttl = dlock_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 12, &isnull)));
+		int32		name_len = VARSIZE_ANY_EXHDR(name);
 		bool		keep;
 		int64		expires;
 		DLockKey	key;
 
-		if (token <= 0 || name_len < 1 || name_len > DLOCK_NAME_MAX ||
-			owner_len < 1 || owner_len > DLOCK_OWNER_MAX || !sound ||
-			ttl <= 0 || ttl > DLOCK_TTL_MAX)
+		if (!valid)
 		{
 			invalid++;
 			continue;
@@ -593,14 +639,16 @@ load_rows(bool after_start)
 			closed = true;
 		seen++;
 
-		if (!live)
+		dlock_make_key(&key, VARDATA_ANY(name), name_len);
+		if (!live || !keep)
 		{
-			dead++;
-			continue;
-		}
-		if (!keep)
-		{
-			stale++;
+			if (!live)
+				dead++;
+			else
+				stale++;
+			/* rows newest first: a restored lease of the name came before */
+			if (kept > 0)
+				mark_stale_rows(&key);
 			continue;
 		}
 		kept++;
@@ -609,7 +657,6 @@ load_rows(bool after_start)
 		if (!after_start)
 			expires = mono_now +
 				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
-		dlock_make_key(&key, VARDATA_ANY(name), name_len);
 		if (!restore_row(&key, tuple, desc, kind, expires))
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -638,10 +685,13 @@ load_rows(bool after_start)
 		floor = isnull ? 0 : (uint64) Max(DatumGetInt64(d), 0);
 	}
 	SpinLockAcquire(&dbs->mutex);
-	dlock_dead_rows_add(my_slot - dbs->slots, (uint32) Min(dead + stale, INT_MAX / 2));
+	dlock_dead_rows_add(my_slot - dbs->slots, (uint32) Min(dead + stale + invalid, INT_MAX / 2));
 	pg_atomic_write_u64(&my_slot->token_floor, floor);
 	if (after_start && restored > 0)
+	{
 		my_slot->stale_expiries = true;
+		my_slot->restores++;
+	}
 	SpinLockRelease(&dbs->mutex);
 	PopActiveSnapshot();
 	spi_end(&saved);
@@ -1034,18 +1084,35 @@ dlock_store_forget_dead_rows(void)
 	SpinLockRelease(&dbs->mutex);
 }
 
-/* The databases with rows to delete or move, for the worker to send a sweeper. */
+/*
+ * The databases with rows to delete or move, for the worker to send a
+ * sweeper.  One whose last sweep failed or left rows (locked by another
+ * transaction) waits a while, so sweepers are not sent back to back while
+ * that transaction is open: *retry_at says when the first of those may be
+ * swept again (0: none waits).
+ */
 int
-dlock_store_dead_databases(Oid *dbids, int max)
+dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at)
 {
 	int			n = 0;
+	int64		now = dlock_mono_now();
 
+	*retry_at = 0;
 	SpinLockAcquire(&dbs->mutex);
 	for (int i = 0; i < DLOCK_MAX_DATABASES && n < max; i++)
 	{
-		if (dbs->slots[i].dbid != InvalidOid &&
-			(dlock_dead_rows(i) > 0 || dbs->slots[i].stale_expiries))
-			dbids[n++] = dbs->slots[i].dbid;
+		DbSlot	   *slot = &dbs->slots[i];
+
+		if (slot->dbid == InvalidOid ||
+			(dlock_dead_rows(i) == 0 && !slot->stale_expiries))
+			continue;
+		if (slot->sweep_retry_at > now)
+		{
+			if (*retry_at == 0 || slot->sweep_retry_at < *retry_at)
+				*retry_at = slot->sweep_retry_at;
+			continue;
+		}
+		dbids[n++] = slot->dbid;
 	}
 	SpinLockRelease(&dbs->mutex);
 	return n;
@@ -1054,10 +1121,71 @@ dlock_store_dead_databases(Oid *dbids, int max)
 static void promise_commit(void);
 
 /*
+ * What the sweeps of this transaction may clear once it commits: rows left
+ * before sweep_dead_mark, and the restored rows' old expiries.  Only a sweep
+ * that deleted or moved every row it meant to clears them; a failed or
+ * rolled-back one leaves them for the next.  The latest sweep of the
+ * transaction speaks for it (it saw what the earlier ones left).
+ */
+static bool sweep_pending = false;
+static bool sweep_clean = false;
+static bool sweep_all_rows = false;
+static uint32 sweep_dead_mark = 0;
+static uint32 sweep_restores = 0;
+static int	sweep_level = 0;
+
+#define SWEEP_RETRY		USECS_PER_SEC
+
+static void
+sweep_xact_callback(XactEvent event, void *arg)
+{
+	if (!sweep_pending)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (sweep_clean)
+			{
+				SpinLockAcquire(&dbs->mutex);
+				dlock_dead_rows_swept(my_slot - dbs->slots, sweep_dead_mark);
+				if (sweep_all_rows && my_slot->restores == sweep_restores)
+					my_slot->stale_expiries = false;
+				my_slot->sweep_retry_at = 0;
+				SpinLockRelease(&dbs->mutex);
+			}
+			sweep_pending = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			sweep_pending = false;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+sweep_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (!sweep_pending || sweep_level < level)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		sweep_clean = false;
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		sweep_level = level - 1;
+}
+
+/*
  * Deletes the rows of leases that ended, each by version compare-and-set.
  * Shared memory decides what ended: a row whose lease is still held there
  * (renewed meanwhile, pinned by an open renewal, or inside its lock-delay)
- * is kept even if the wall clock says otherwise.  Returns rows deleted.
+ * is kept even if the wall clock says otherwise.  Rows that break the
+ * table's rules belong to no lease and go too.  Returns rows deleted.
  *
  * A kept row whose lease shared memory holds for longer than the row says
  * (a rebuild gave it its ttl again, or the wall clock was stepped forward
@@ -1069,27 +1197,45 @@ static void promise_commit(void);
 int64
 dlock_store_sweep_rows(void)
 {
+	static bool registered = false;
 	AsOwner		saved;
 	Datum		args[4];
 	int64		deleted = 0;
 	int64		moved = 0;
+	int64		invalid = 0;
 	uint64		nrows;
 	SPITupleTable *rows;
 	bool		all_rows;
+	bool		clean = true;
+	uint32		dead_mark;
+	uint32		restores;
 
+	if (!registered)
+	{
+		RegisterXactCallback(sweep_xact_callback, NULL);
+		RegisterSubXactCallback(sweep_subxact_callback, NULL);
+		registered = true;
+	}
+
+	/* cleared at commit, if this sweep gets every row (see sweep_pending) */
 	SpinLockAcquire(&dbs->mutex);
-	dlock_dead_rows_clear(my_slot - dbs->slots);
+	dead_mark = dlock_dead_rows_mark(my_slot - dbs->slots);
+	all_rows = my_slot->stale_expiries;
+	restores = my_slot->restores;
+	my_slot->sweep_retry_at = dlock_mono_now() + SWEEP_RETRY;
 	SpinLockRelease(&dbs->mutex);
 
 	spi_begin(&saved, true, true);
-	SpinLockAcquire(&dbs->mutex);
-	all_rows = my_slot->stale_expiries;
-	my_slot->stale_expiries = false;
-	SpinLockRelease(&dbs->mutex);
-	if (SPI_execute(psprintf("SELECT name, token, version, expires_at FROM %s%s", lease_table,
-							 all_rows ? "" : " WHERE expires_at <= clock_timestamp()"),
+	/* every row left before the mark is committed: read what is now */
+	PushActiveSnapshot(GetLatestSnapshot());
+	if (SPI_execute(psprintf("SELECT name, token, version, expires_at, %1$s FROM %2$s%3$s",
+							 row_valid_sql(), lease_table,
+							 all_rows ? "" :
+							 psprintf(" WHERE expires_at <= clock_timestamp() OR NOT %s",
+									  row_valid_sql())),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
+	PopActiveSnapshot();
 	nrows = SPI_processed;
 	rows = SPI_tuptable;
 	for (uint64 i = 0; i < nrows; i++)
@@ -1099,21 +1245,25 @@ dlock_store_sweep_rows(void)
 		uint64		token = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
 		int64		version = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull));
 		TimestampTz row_expires = DatumGetTimestampTz(SPI_getbinval(rows->vals[i], rows->tupdesc, 4, &isnull));
+		bool		valid = DatumGetBool(SPI_getbinval(rows->vals[i], rows->tupdesc, 5, &isnull));
 		TimestampTz held_until = 0;
 		DLockKey	key;
 		uint32		hash;
 		DLockEntry *lease;
-		bool		ended;
+		bool		ended = true;
 
-		dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-		hash = dlock_key_hash(&key);
-		LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
-		lease = dlock_find_lease(&key, hash, token);
-		ended = (lease == NULL || dlock_is_free(lease, dlock_mono_now()));
-		if (!ended && lease->durable && lease->version == version)
-			held_until = dlock_mono_to_wall(lease->expires, dlock_mono_now(),
-											GetCurrentTimestamp());
-		LWLockRelease(dlock_partition_lock(hash));
+		if (valid)
+		{
+			dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+			hash = dlock_key_hash(&key);
+			LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
+			lease = dlock_find_lease(&key, hash, token);
+			ended = (lease == NULL || dlock_is_free(lease, dlock_mono_now()));
+			if (!ended && lease->durable && lease->version == version)
+				held_until = dlock_mono_to_wall(lease->expires, dlock_mono_now(),
+												GetCurrentTimestamp());
+			LWLockRelease(dlock_partition_lock(hash));
+		}
 		/* a second is below any clock step worth a write */
 		if (!ended && held_until <= row_expires + USECS_PER_SEC)
 			continue;
@@ -1144,6 +1294,7 @@ dlock_store_sweep_rows(void)
 			if (SPI_execute_plan(plan_move, args, NULL, false, 0) != SPI_OK_UPDATE)
 				elog(ERROR, "could not update a dlock lease row");
 			moved += SPI_processed;
+			clean &= (SPI_processed > 0);
 			continue;
 		}
 		if (plan_sweep == NULL)
@@ -1159,11 +1310,26 @@ dlock_store_sweep_rows(void)
 		if (SPI_execute_plan(plan_sweep, args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not delete a dlock lease row");
 		deleted += SPI_processed;
+		if (!valid)
+			invalid += SPI_processed;
+		/* locked by someone (or changed): left for a later sweep */
+		clean &= (SPI_processed > 0);
 	}
 	spi_end(&saved);
 	/* a moved row is what the next rebuild trusts */
 	if (moved > 0)
 		promise_commit();
+	if (invalid > 0)
+		ereport(LOG,
+				(errmsg("dlock deleted " INT64_FORMAT " invalid lease rows of %s",
+						invalid, lease_table),
+				 errdetail("They break the table's rules, so no lease has them.")));
+	sweep_pending = true;
+	sweep_clean = clean;
+	sweep_all_rows = all_rows;
+	sweep_dead_mark = dead_mark;
+	sweep_restores = restores;
+	sweep_level = GetCurrentTransactionNestLevel();
 	return deleted;
 }
 
@@ -1728,6 +1894,98 @@ dlock_store_delete(const DLockKey *key, uint64 token)
 	}
 	else
 		release_wal = RELEASE_WAL_MIXED;
+}
+
+/*
+ * Deletes the rows of the name's leases older than token that ended: the
+ * grant of token found rows of ended leases on its name (see clear_rows in
+ * engine.h), and no crash may bring them back once its token is out.  The
+ * name's older leases still in shared memory keep their rows.  In the
+ * grant's transaction, waiting for any other writer of those rows; when it
+ * deletes anything, its commit waits for the WAL flush, as a durable
+ * grant's does.  A read-only transaction cannot delete them, and refuses
+ * the grant if there are any.
+ */
+void
+dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token)
+{
+	LWLock	   *lock = dlock_partition_lock(hash);
+	AsOwner		saved;
+	Datum		args[3];
+	Datum	   *keep = NULL;
+	int			nkeep;
+	bool		read_only = XactReadOnly;
+	bool		found = false;
+
+	/* as dlock_lease_force_release: allocate, then fill if it fits */
+	for (;;)
+	{
+		DLockEntry *head;
+		DLockEntry *lease;
+		dlist_mutable_iter iter;
+		int			room = 0;
+		bool		complete;
+
+		LWLockAcquire(lock, LW_SHARED);
+		head = dlock_find(key, hash);
+		if (head != NULL)
+			room = head->nleases;
+		LWLockRelease(lock);
+		keep = palloc(sizeof(Datum) * Max(room, 1));
+
+		nkeep = 0;
+		LWLockAcquire(lock, LW_SHARED);
+		head = dlock_find(key, hash);
+		complete = (head == NULL || head->nleases <= room);
+		if (head != NULL && complete)
+		{
+			dlock_foreach_lease(lease, head, iter)
+			{
+				if (lease->token < token)
+					keep[nkeep++] = Int64GetDatum((int64) lease->token);
+			}
+		}
+		LWLockRelease(lock);
+		if (complete)
+			break;
+		pfree(keep);
+	}
+
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = Int64GetDatum((int64) token);
+	args[2] = PointerGetDatum(construct_array(keep, nkeep, INT8OID, sizeof(int64),
+											  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	spi_begin(&saved, false, false);
+	if (plan_clear == NULL)
+	{
+		Oid			types[3] = {TEXTOID, INT8OID, INT8ARRAYOID};
+		const char *rows = " FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+		" AND token OPERATOR(pg_catalog.<) $2"
+		" AND token OPERATOR(pg_catalog.<>) ALL ($3)";
+
+		plan_clear = prepare(psprintf("DELETE%s", rows), 3, types);
+		plan_clear_probe = prepare(psprintf("SELECT 1%s", rows), 3, types);
+	}
+	if (read_only)
+	{
+		if (execute(plan_clear_probe, args, NULL, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the dlock lease table");
+		found = (SPI_processed > 0);
+	}
+	else
+	{
+		if (execute(plan_clear, args, NULL, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not delete a dlock lease row");
+		if (SPI_processed > 0)
+			promise_commit();
+	}
+	spi_end(&saved);
+	if (found)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot take lock \"%.*s\" in a read-only transaction", key->len, key->name),
+				 errdetail("The lease table still holds rows of the name's ended durable leases, which the grant must delete."),
+				 errhint("Take it in a read-write transaction, or run dlock_sweep() first.")));
 }
 
 /* The leases of the table, for dlock_locks on a hot standby. */

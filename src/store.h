@@ -41,8 +41,9 @@ extern int64 dlock_store_update(const DLockKey *key, uint64 token,
 extern void dlock_store_delete(const DLockKey *key, uint64 token);
 extern void dlock_store_note_token(uint64 token);
 extern void dlock_store_forget_dead_rows(void);
-extern int	dlock_store_dead_databases(Oid *dbids, int max);
+extern int	dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at);
 extern int64 dlock_store_sweep_rows(void);
+extern void dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc);
 
 #endif							/* DLOCK_STORE_H */

@@ -718,7 +718,8 @@ lock_lease(const DLockKey *key, uint32 hash, uint64 token)
 /*
  * The transaction that granted the lease with token committed (called from
  * its commit callback): its row is visible to every new snapshot, so nobody
- * needs to wait for that transaction before acting on the lease.
+ * needs to wait for that transaction before acting on the lease, and the
+ * rows of ended leases it deleted are gone for good.
  */
 void
 dlock_grant_committed(const DLockKey *key, uint32 hash, uint64 token)
@@ -726,7 +727,10 @@ dlock_grant_committed(const DLockKey *key, uint32 hash, uint64 token)
 	DLockEntry *lease = lock_lease(key, hash, token);
 
 	if (lease != NULL)
+	{
 		lease->grant_xid = InvalidTransactionId;
+		lease->clear_rows = false;
+	}
 	LWLockRelease(dlock_partition_lock(hash));
 }
 

@@ -71,12 +71,17 @@ start_sweeper(Oid dbid, BackgroundWorkerHandle **handle)
 		*handle = NULL;			/* no free slot now: try on a later round */
 }
 
-/* Sends a sweeper to each database with rows to delete, one at a time each. */
-static void
+/*
+ * Sends a sweeper to each database with rows to delete, one at a time each.
+ * Returns when a database held back (its last sweep left rows) may be swept
+ * again, or 0.
+ */
+static int64
 start_sweepers(Oid *running, BackgroundWorkerHandle **handles)
 {
 	Oid			dbids[MAX_SWEEPERS];
-	int			n = dlock_store_dead_databases(dbids, MAX_SWEEPERS);
+	int64		retry_at;
+	int			n = dlock_store_dead_databases(dbids, MAX_SWEEPERS, &retry_at);
 	pid_t		pid;
 
 	for (int i = 0; i < MAX_SWEEPERS; i++)
@@ -107,6 +112,7 @@ start_sweepers(Oid *running, BackgroundWorkerHandle **handles)
 		if (handles[free_slot] != NULL)
 			running[free_slot] = dbids[d];
 	}
+	return retry_at;
 }
 
 void
@@ -131,6 +137,7 @@ dlock_worker_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		int64		next = 0;
+		int64		retry_at;
 		long		timeout = -1;
 		int			unused = 0;
 
@@ -151,7 +158,9 @@ dlock_worker_main(Datum arg)
 			dlock_watch_at(DLOCK_WATCH_AWAKE);
 			next = dlock_expire_due(dlock_worker_batch,
 									DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
-			start_sweepers(running, handles);
+			retry_at = start_sweepers(running, handles);
+			if (retry_at != 0 && (next == 0 || retry_at < next))
+				next = retry_at;
 			dlock_watch_at(next == 0 ? DLOCK_WATCH_IDLE : (uint64) next);
 		}
 		if (next != 0)

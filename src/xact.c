@@ -46,6 +46,8 @@ typedef struct DLockOp
 	uint64		token;			/* 0: no effect (not completed) */
 	bool		durable;		/* RELEASE: the lease's row was deleted;
 								 * ACQUIRE: the grant wrote a row */
+	bool		clears;			/* ACQUIRE: the grant deleted the rows of the
+								 * name's ended leases */
 	int64		expires;		/* RENEW: new expiry */
 	int64		version;		/* RENEW: the row version it wrote (0: none) */
 } DLockOp;
@@ -246,6 +248,13 @@ dlock_xact_granted(DLockOp *op, uint64 token, bool durable)
 	op->kind = DLOCK_OP_ACQUIRE;
 	op->token = token;
 	op->durable = durable;
+}
+
+/* The granted op also deleted the rows of the name's ended leases. */
+void
+dlock_xact_cleared_rows(DLockOp *op)
+{
+	op->clears = true;
 }
 
 /*
@@ -463,7 +472,7 @@ apply_commit(void)
 
 		if (op->token == 0)
 			continue;
-		if (op->kind == DLOCK_OP_ACQUIRE && op->durable)
+		if (op->kind == DLOCK_OP_ACQUIRE && (op->durable || op->clears))
 			dlock_grant_committed(&op->key, op->hash, op->token);
 		else if (op->kind == DLOCK_OP_RENEW)
 		{
