@@ -5,7 +5,7 @@ EXTENSION = dlock
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\\(.*\\)'/\\1/p" $(srcdir)/dlock.control)
 
 MODULE_big = dlock
-OBJS = src/dlock.o src/engine.o src/tokens.o src/wait.o src/xact.o src/lease.o src/store.o src/worker.o src/api.o src/fence.o
+OBJS = src/dlock.o src/settings.o src/engine.o src/tokens.o src/args.o src/wait.o src/xact.o src/lease.o src/store.o src/worker.o src/api.o src/fence.o
 # 1.0's script and every upgrade script after it: CREATE EXTENSION runs 1.0's
 # and then the chain up to EXTVERSION; ALTER EXTENSION UPDATE runs the rest
 # of the chain.  A change to the SQL goes into the next upgrade script, never
@@ -52,6 +52,12 @@ bench:
 # the regress and isolation suites under valgrind (not part of make test)
 valgrind:
 	bash test/valgrind/run.sh
+# the call graph between the files of src/ (and, once its cycle is gone, of
+# cli/), from gcc's -fcallgraph-info; fails on a cycle (test/suites/layers.sh
+# runs it under make test)
+.PHONY: check-layers
+check-layers:
+	bash tools/layers.sh src
 # formats src/ and cli/ as pgindent does (needs pg_bsd_indent: Debian package pg-bsd-indent)
 .PHONY: indent
 indent: all

@@ -25,6 +25,7 @@
 #include "args.h"
 #include "compat.h"
 #include "lease.h"
+#include "settings.h"
 #include "store.h"
 #include "wait.h"
 #include "xact.h"
@@ -76,34 +77,6 @@ dlock_owner(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text_with_len(owner.str, owner.len));
 }
 
-/*
- * Interval to microseconds, counting a month as 30 days.  Out of range, it
- * saturates at the bound on the interval's side, so a huge negative interval
- * stays negative; so do the infinite intervals (see compat.h).
- */
-int64
-dlock_interval_usecs(const Interval *span)
-{
-	int64		days;
-	int64		result;
-
-	if (INTERVAL_IS_NOEND(span))
-		return PG_INT64_MAX;
-	if (INTERVAL_IS_NOBEGIN(span))
-		return PG_INT64_MIN;
-	if (pg_mul_s64_overflow((int64) span->month, DAYS_PER_MONTH, &days) ||
-		pg_add_s64_overflow(days, span->day, &days) ||
-		pg_mul_s64_overflow(days, USECS_PER_DAY, &result) ||
-		pg_add_s64_overflow(result, span->time, &result))
-	{
-		double		approx = ((double) span->month * DAYS_PER_MONTH + span->day) *
-		USECS_PER_DAY + span->time;
-
-		return approx < 0 ? PG_INT64_MIN : PG_INT64_MAX;
-	}
-	return result;
-}
-
 static int64
 ttl_arg(FunctionCallInfo fcinfo, int argno)
 {
@@ -151,43 +124,6 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timeout must not be negative")));
 	return timeout;
-}
-
-void
-dlock_check_length(int len, DLockTextArg what)
-{
-	int			maxlen = what == ARG_OWNER ? DLOCK_OWNER_MAX : DLOCK_NAME_MAX;
-
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 what == ARG_OWNER ?
-				 errmsg("owner must not be empty") :
-				 errmsg("lock name must not be empty")));
-	if (len > maxlen)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 what == ARG_OWNER ?
-				 errmsg("owner is too long") :
-				 errmsg("lock name is too long"),
-				 errdetail("It has %d bytes; the limit is %d.", len, maxlen)));
-}
-
-void
-dlock_text_arg(FunctionCallInfo fcinfo, int argno, DLockTextArg what, char **data, int *len)
-{
-	text	   *t;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 what == ARG_OWNER ?
-				 errmsg("owner must not be null") :
-				 errmsg("lock name must not be null")));
-	t = PG_GETARG_TEXT_PP(argno);
-	*len = VARSIZE_ANY_EXHDR(t);
-	*data = VARDATA_ANY(t);
-	dlock_check_length(*len, what);
 }
 
 /* The owner argument, into the request */
@@ -252,13 +188,6 @@ check_primary(void)
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot change dlock leases during recovery"),
 				 errhint("Call dlock functions on the primary.")));
-}
-
-void
-dlock_set_name(DLockRequest *req, const char *data, int len)
-{
-	dlock_make_key(&req->key, data, len);
-	req->hash = dlock_key_hash(&req->key);
 }
 
 /*

@@ -1,10 +1,13 @@
 /*
  * args.h
- *		Checks of the SQL functions' arguments, shared by api.c and fence.c.
+ *		What the SQL entry points check first: the preload and their
+ *		arguments; shared by api.c and fence.c (and the interval conversion
+ *		by store.c).
  */
 #ifndef DLOCK_ARGS_H
 #define DLOCK_ARGS_H
 
+#include "datatype/timestamp.h"
 #include "fmgr.h"
 
 #include "engine.h"
@@ -15,6 +18,12 @@ typedef enum DLockTextArg
 	ARG_NAME,
 	ARG_OWNER
 } DLockTextArg;
+
+/* Raises a clean ERROR when the library was not preloaded. */
+extern void dlock_require_preload(void);
+
+/* An interval in microseconds, a month counted as 30 days; saturates. */
+extern int64 dlock_interval_usecs(const Interval *span);
 
 extern void dlock_check_length(int len, DLockTextArg what);
 extern void dlock_text_arg(FunctionCallInfo fcinfo, int argno, DLockTextArg what,

@@ -1,16 +1,18 @@
 /*
  * dlock.c
- *		Module load: settings and shared-memory hooks.
+ *		Module load: defines the settings, registers the worker and the drop
+ *		hooks, and sets up all shared memory (each part sizes its own).
+ *
+ * The top of the layers: it calls into the parts and none calls into it.
  */
 #include "postgres.h"
 
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
-#include "utils/guc.h"
 
-#include "dlock.h"
 #include "engine.h"
+#include "settings.h"
 #include "store.h"
 #include "tokens.h"
 #include "wait.h"
@@ -18,35 +20,10 @@
 
 PG_MODULE_MAGIC;
 
-int			dlock_max_locks = 16384;
-int			dlock_max_locks_per_database = 0;
-int			dlock_default_ttl_ms = 30000;
-char	   *dlock_owner_setting = NULL;
-bool		dlock_durable = true;
-int			dlock_lock_delay_ms = 0;
-bool		dlock_worker_enabled = true;
-int			dlock_worker_batch = 1000;
-int			dlock_fence_grace_ms = 10000;
-int			dlock_token_block = 1000000;
-
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 void		_PG_init(void);
-
-/* Refuses an owner that calls would refuse, at SET time. */
-static bool
-check_owner(char **newval, void **extra, GucSource source)
-{
-	if (*newval != NULL && strlen(*newval) > DLOCK_OWNER_MAX)
-	{
-		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-		GUC_check_errdetail("It has %zu bytes; the limit is %d.", strlen(*newval),
-							DLOCK_OWNER_MAX);
-		return false;
-	}
-	return true;
-}
 
 /* All of dlock's shared memory: each part sizes and sets up its own. */
 static void
@@ -81,16 +58,6 @@ dlock_shmem_startup_hook(void)
 }
 
 void
-dlock_require_preload(void)
-{
-	if (!dlock_shmem_ready())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dlock must be loaded via shared_preload_libraries"),
-				 errhint("Add dlock to shared_preload_libraries in postgresql.conf and restart the server.")));
-}
-
-void
 _PG_init(void)
 {
 	/*
@@ -101,82 +68,7 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
-	DefineCustomIntVariable("dlock.max_locks",
-							"Maximum number of leases held or awaited at once, over all databases.",
-							NULL,
-							&dlock_max_locks,
-							16384, 16, 100000000,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-
-	/*
-	 * Only new entries are checked against it, so it can change on reload: a
-	 * database left above a lowered share keeps what it has.
-	 */
-	DefineCustomIntVariable("dlock.max_locks_per_database",
-							"Maximum number of leases held or awaited at once in one database; 0 means no limit but dlock.max_locks.",
-							NULL,
-							&dlock_max_locks_per_database,
-							0, 0, 100000000,
-							PGC_SIGHUP, 0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("dlock.default_ttl",
-							"Lease time used when a call gives no ttl.",
-							NULL,
-							&dlock_default_ttl_ms,
-							30000, 1, (int) (DLOCK_TTL_MAX / 1000),
-							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-	DefineCustomStringVariable("dlock.owner",
-							   "Owner string used when a call gives no owner; empty means one unique to the session.",
-							   NULL,
-							   &dlock_owner_setting,
-							   "",
-							   PGC_USERSET, 0,
-							   check_owner, NULL, NULL);
-	DefineCustomBoolVariable("dlock.durable",
-							 "Store new leases in the lease table, so they survive a restart or crash.",
-							 "When off, new leases live in shared memory only: faster, but lost on restart.",
-							 &dlock_durable,
-							 true,
-							 PGC_USERSET, 0,
-							 NULL, NULL, NULL);
-	DefineCustomIntVariable("dlock.lock_delay",
-							"After a lease expires (rather than being released), its name stays blocked this long.",
-							"As in Chubby and Consul: gives a holder that lost its lease time to notice before another starts.",
-							&dlock_lock_delay_ms,
-							0, 0, 3600 * 1000,
-							PGC_SIGHUP, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-	DefineCustomBoolVariable("dlock.worker",
-							 "Let the background worker expire leases on time and clean expired rows.",
-							 NULL,
-							 &dlock_worker_enabled,
-							 true,
-							 PGC_SIGHUP, 0,
-							 NULL, NULL, NULL);
-	DefineCustomIntVariable("dlock.worker_batch",
-							"Most leases the worker expires in one partition before letting other calls in.",
-							NULL,
-							&dlock_worker_batch,
-							1000, 1, 1000000,
-							PGC_SIGHUP, 0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("dlock.fence_grace",
-							"How long a transaction may keep pinning a lease that has ended while others wait for its name.",
-							"After that the waiter terminates the pinning backend, so a holder that hangs inside a renewing or fencing transaction cannot keep the name forever.",
-							&dlock_fence_grace_ms,
-							10000, 0, INT_MAX,
-							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("dlock.token_block",
-							"Fencing tokens reserved in the token file at a time (a developer option, for tests).",
-							NULL,
-							&dlock_token_block,
-							1000000, 2, 1000000000,
-							PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
-							NULL, NULL, NULL);
-	MarkGUCPrefixReserved("dlock");
+	dlock_settings_define();
 
 	dlock_worker_register();
 	dlock_store_hook_drops();

@@ -1,18 +1,21 @@
 /*
  * dlock.h
- *		Limits and settings shared by every part of dlock.
+ *		Limits shared by every part of dlock, and the map of its parts.
  *
- * Layers, each calling only those below it (the include graph is acyclic):
+ * Layers, top to bottom, each calling only those below it (tools/layers.sh
+ * checks the calls, `make check-layers`; the include graph is acyclic too):
  *
- *	dlock.c			module load, settings, setup of all shared memory
- *	api.c, fence.c	SQL entry points: argument checks (args.h), views
+ *	dlock.c			module load: settings, worker, setup of all shared memory
+ *	api.c, fence.c	SQL entry points, views
  *	worker.c		the background worker: expiries, sweeps
  *	lease.c			the rules of a lease: acquire, renew, release, fence
  *	xact.c			lease changes that follow the caller's transaction
  *	store.c			the lease table (durable rows) and its rebuild
+ *	args.c			the entry points' checks (args.h): preload, arguments
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
  *	engine.c		the partitioned shared hash of leases, expiry heaps
  *	tokens.c		fencing tokens that never go backwards
+ *	settings.c		the settings (GUCs, settings.h), read by every layer
  *
  * Glossary:
  *	name		what is locked: a string, per database
@@ -43,23 +46,5 @@
 
 /* Longest lease a single grant or renewal may ask for. */
 #define DLOCK_TTL_MAX		(INT64CONST(7) * USECS_PER_DAY)
-
-/* Settings (GUCs) */
-extern int	dlock_max_locks;
-extern int	dlock_max_locks_per_database;
-extern int	dlock_default_ttl_ms;
-extern char *dlock_owner_setting;
-extern bool dlock_durable;
-extern int	dlock_lock_delay_ms;
-extern bool dlock_worker_enabled;
-extern int	dlock_worker_batch;
-extern int	dlock_fence_grace_ms;
-extern int	dlock_token_block;
-
-/* Raises a clean ERROR when the library was not preloaded. */
-extern void dlock_require_preload(void);
-
-/* An interval in microseconds, a month counted as 30 days; saturates. */
-extern int64 dlock_interval_usecs(const Interval *span);
 
 #endif							/* DLOCK_H */

@@ -24,6 +24,7 @@
 #include "utils/timestamp.h"
 
 #include "engine.h"
+#include "settings.h"
 #include "tokens.h"
 
 typedef struct DLockShared

@@ -30,6 +30,7 @@
 
 #include "compat.h"
 #include "lease.h"
+#include "settings.h"
 #include "store.h"
 #include "tokens.h"
 #include "wait.h"

@@ -56,6 +56,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "args.h"
 #include "compat.h"
 #include "engine.h"
 #include "store.h"

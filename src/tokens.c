@@ -21,7 +21,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
-#include "dlock.h"
+#include "settings.h"
 #include "tokens.h"
 
 

@@ -30,6 +30,7 @@
 
 #include "compat.h"
 #include "engine.h"
+#include "settings.h"
 #include "tokens.h"
 #include "wait.h"
 

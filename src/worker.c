@@ -30,6 +30,7 @@
 #include "utils/wait_event.h"
 
 #include "engine.h"
+#include "settings.h"
 #include "store.h"
 #include "wait.h"
 #include "worker.h"
