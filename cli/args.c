@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "msg.h"
 
 /* DLOCK_CLI_VERSION: the extension's version, from cli/Makefile */
 #ifndef DLOCK_CLI_VERSION

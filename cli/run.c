@@ -57,6 +57,7 @@
 #endif
 
 #include "descendants.h"
+#include "msg.h"
 #include "run.h"
 #include "session.h"
 #include "signals.h"
@@ -68,17 +69,6 @@
 #define GROUP_POLL_MS		20	/* polling for the last descendants */
 #define KILL_WAIT_MS		5000	/* after SIGKILL: how long to wait */
 #define MAX_SENT_PIDS		32	/* backends that got our acquire calls */
-
-/* Formats a duration for messages: "1.5 s", "250 ms". */
-static const char *
-fmt_ms(ms_t ms, char *buf, size_t len)
-{
-	if (ms < 1000 && ms > -1000)
-		snprintf(buf, len, "%" PRId64 " ms", ms);
-	else
-		snprintf(buf, len, "%.1f s", ms / 1000.0);
-	return buf;
-}
 
 /* ---------------------------------------------------------------- the run state */
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "msg.h"
 #include "run.h"
 #include "session.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "msg.h"
 #include "signals.h"
 
 /* A pipe whose ends are close-on-exec (and non-blocking, if asked). */
