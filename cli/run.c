@@ -57,6 +57,7 @@
 #endif
 
 #include "descendants.h"
+#include "loop.h"
 #include "msg.h"
 #include "run.h"
 #include "session.h"
@@ -259,9 +260,11 @@ handle_signal(int sig)
 
 /* Acts on whatever is due: signals, exited children, kill deadlines. */
 static void
-service(void)
+service(void *arg)
 {
 	ms_t		now;
+
+	(void) arg;					/* the state is in this file's statics */
 
 	if (sigpipe_fds[0] >= 0)
 	{
@@ -333,9 +336,11 @@ service(void)
 
 /* When service() next has something to do on its own. */
 static ms_t
-next_timer(void)
+next_timer(void *arg)
 {
 	ms_t		t = NEVER;
+
+	(void) arg;					/* the state is in this file's statics */
 
 	if (child_pid <= 0 || all_gone)
 		return t;
@@ -352,9 +357,11 @@ next_timer(void)
 }
 
 /* Whether a query or connection attempt in progress is no longer wanted. */
-bool
-io_abandoned(void)
+static bool
+abandoned(void *arg)
 {
+	(void) arg;					/* the state is in this file's statics */
+
 	switch (phase)
 	{
 		case PH_ACQUIRE:
@@ -365,82 +372,6 @@ io_abandoned(void)
 			return false;
 	}
 	return false;
-}
-
-/*
- * Waits until fd is ready for events, until deadline, or, if abandonable,
- * until io_abandoned(); runs service() on every wakeup.  Returns 1 when fd
- * is ready, 0 at the deadline, -1 when abandoned.  With fd < 0 it returns
- * (0) after the first wakeup, because the caller's state may have changed.
- */
-static int
-wait_for(int fd, short events, ms_t deadline, bool abandonable)
-{
-	for (;;)
-	{
-		struct pollfd p[2];
-		ms_t		now = now_ms();
-		ms_t		wake = min_ms(deadline, next_timer());
-		int			timeout;
-		int			n;
-		int			nfds = 0;
-		int			fd_idx = -1;
-
-		if (abandonable && io_abandoned())
-			return -1;
-		if (wake == NEVER)
-			timeout = -1;
-		else if (wake <= now)
-			timeout = 0;
-		else
-			timeout = wake - now > INT_MAX ? INT_MAX : (int) (wake - now);
-
-		if (sigpipe_fds[0] >= 0)
-		{
-			p[nfds].fd = sigpipe_fds[0];
-			p[nfds].events = POLLIN;
-			p[nfds].revents = 0;
-			nfds++;
-		}
-		if (fd >= 0)
-		{
-			fd_idx = nfds;
-			p[nfds].fd = fd;
-			p[nfds].events = events;
-			p[nfds].revents = 0;
-			nfds++;
-		}
-		n = poll(p, nfds, timeout);
-		if (n < 0 && errno != EINTR)
-		{
-			msg("poll failed: %s", strerror(errno));
-			exit(EXIT_OSERR);
-		}
-		service();
-		if (abandonable && io_abandoned())
-			return -1;
-		if (n > 0 && fd_idx >= 0 && p[fd_idx].revents != 0)
-			return 1;
-		if (fd < 0 || now_ms() >= deadline)
-			return 0;
-	}
-}
-
-/* Waits for a connection's socket; given up when io_abandoned(). */
-int
-wait_io(int fd, short events, ms_t deadline)
-{
-	return wait_for(fd, events, deadline, true);
-}
-
-/*
- * Sleeps until deadline or the next signal or timer, whichever comes first,
- * and serves it.
- */
-static void
-sleep_until(ms_t deadline)
-{
-	wait_for(-1, 0, deadline, false);
 }
 
 /* Sleeps until deadline, unless a signal interrupts the wait for the lease. */
@@ -900,6 +831,7 @@ start_child(char **argv)
 int
 cmd_run(const Args *a)
 {
+	LoopHooks	hooks = {-1, service, next_timer, abandoned, NULL};
 	ms_t		renew_at;
 	ms_t		backoff = BACKOFF_MIN_MS;
 	int			failures = 0;
@@ -915,6 +847,8 @@ cmd_run(const Args *a)
 	margin_ms = min_ms(MAX_MARGIN_MS, ttl_ms / 10);
 
 	setup_signals();
+	hooks.wake_fd = sigpipe_fds[0];
+	loop_set_hooks(&hooks);
 #if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
 	/* orphaned descendants become our children: none leaves our tree */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
