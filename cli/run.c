@@ -80,46 +80,61 @@ typedef enum
 	PH_FINISH					/* releasing, exiting */
 } Phase;
 
-static Phase phase = PH_ACQUIRE;
-static int	got_signal = 0;		/* signal received with no command to get it */
-
-/* the lease */
-static const char *lease_name;
-static const char *lease_owner;
-static const char *lease_mode;	/* "exclusive" or "shared" */
-static const char *lease_permits;	/* a semaphore's size, as text, or NULL */
-static char lease_token[32];
-static ms_t ttl_ms;
-static ms_t grace_ms;
-static ms_t margin_ms;
-static ms_t lease_end;			/* conservative end of the lease (monotonic) */
-static bool lost = false;		/* the lease is gone, or could not be kept */
-
 /*
- * The command: its leader's pid is also its process group's id.  As the
- * subreaper, dlock knows that the command and everything it started are gone
- * when it has no child left; otherwise (not Linux, or prctl failed) it can
- * only wait for the group to be empty.
+ * Everything "run" knows, passed to every function of the state machine
+ * (and to the hooks of the wait loop).
  */
-static pid_t child_pid = 0;
-static bool subreaper = false;
-static bool leader_reaped = false;
-static int	leader_status = 0;
-static bool no_children = false;	/* waitpid() said ECHILD */
-static bool all_gone = false;	/* the command and its descendants are gone */
-static bool survivors = false;	/* some survived SIGKILL; we stopped waiting */
-static ms_t term_at = 0;		/* when SIGTERM was sent, 0: not yet */
-static ms_t kill_at = 0;		/* when SIGKILL is due */
-static bool killed = false;
-static ms_t killed_at = 0;
-static ms_t next_kill_at = 0;	/* after SIGKILL: the next round of it */
-static ms_t lost_at = 0;		/* when the lease was found lost */
+typedef struct RunState
+{
+	Phase		phase;
+	int			got_signal;		/* signal received with no command to get it */
+
+	/* the lease */
+	const char *lease_name;
+	const char *lease_owner;
+	const char *lease_mode;		/* "exclusive" or "shared" */
+	const char *lease_permits;	/* a semaphore's size, as text, or NULL */
+	char		lease_token[32];
+	ms_t		ttl_ms;
+	ms_t		grace_ms;
+	ms_t		margin_ms;
+	ms_t		lease_end;		/* conservative end of the lease (monotonic) */
+	bool		lost;			/* the lease is gone, or could not be kept */
+	ms_t		lost_at;		/* when the lease was found lost */
+
+	/*
+	 * The backends that were sent a dlock_acquire or dlock_try of ours, whose
+	 * answer we may not have read.  Each connection sends one at a time, and
+	 * retries end after RECONNECT_WINDOW_MS, so a few slots are enough.
+	 */
+	int			sent_pids[MAX_SENT_PIDS];
+	int			nsent_pids;
+
+	/*
+	 * The command: its leader's pid is also its process group's id.  As the
+	 * subreaper, dlock knows that the command and everything it started are
+	 * gone when it has no child left; otherwise (not Linux, or prctl failed)
+	 * it can only wait for the group to be empty.
+	 */
+	pid_t		child_pid;
+	bool		subreaper;
+	bool		leader_reaped;
+	int			leader_status;
+	bool		no_children;	/* waitpid() said ECHILD */
+	bool		all_gone;		/* the command and its descendants are gone */
+	bool		survivors;		/* some survived SIGKILL; we stopped waiting */
+	ms_t		term_at;		/* when SIGTERM was sent, 0: not yet */
+	ms_t		kill_at;		/* when SIGKILL is due */
+	bool		killed;
+	ms_t		killed_at;
+	ms_t		next_kill_at;	/* after SIGKILL: the next round of it */
+} RunState;
 
 /* the moment the command must get SIGTERM if no renewal succeeds before */
 static ms_t
-term_deadline(void)
+term_deadline(RunState *st)
 {
-	return lease_end - margin_ms - grace_ms;
+	return st->lease_end - st->margin_ms - st->grace_ms;
 }
 
 /* ---------------------------------------------------------------- the command's processes */
@@ -133,29 +148,29 @@ term_deadline(void)
  * group were signalled, or -1 if /proc cannot be read.
  */
 static int
-signal_all(int sig)
+signal_all(RunState *st, int sig)
 {
 	bool		cont = sig != SIGKILL;
-	bool		whole_group = !leader_reaped || !subreaper;
+	bool		whole_group = !st->leader_reaped || !st->subreaper;
 	int			others = 0;
 
 	if (whole_group)
 	{
-		kill(-child_pid, sig);
+		kill(-st->child_pid, sig);
 		if (cont)
-			kill(-child_pid, SIGCONT);
+			kill(-st->child_pid, SIGCONT);
 	}
 #ifdef __linux__
 	if (!scan_processes())
 		return -1;
 	for (size_t i = 0; i < nprocs; i++)
 	{
-		if (!procs[i].ours || (whole_group && procs[i].pgrp == child_pid))
+		if (!procs[i].ours || (whole_group && procs[i].pgrp == st->child_pid))
 			continue;
 		signal_process(procs[i].pid, sig);
 		if (cont)
 			signal_process(procs[i].pid, SIGCONT);
-		if (procs[i].pgrp != child_pid)
+		if (procs[i].pgrp != st->child_pid)
 			others++;
 	}
 #endif
@@ -164,47 +179,47 @@ signal_all(int sig)
 
 /* Sends SIGTERM to the command and its descendants (once), schedules SIGKILL. */
 static void
-terminate_all(ms_t kill_deadline, const char *why)
+terminate_all(RunState *st, ms_t kill_deadline, const char *why)
 {
 	ms_t		now = now_ms();
 	char		b[32];
 	char		others[96] = "";
 	int			n;
 
-	if (child_pid <= 0 || all_gone)
+	if (st->child_pid <= 0 || st->all_gone)
 		return;
-	if (term_at != 0)
+	if (st->term_at != 0)
 	{
-		if (kill_deadline < kill_at)
-			kill_at = kill_deadline;
+		if (kill_deadline < st->kill_at)
+			st->kill_at = kill_deadline;
 		return;
 	}
-	n = signal_all(SIGTERM);
+	n = signal_all(st, SIGTERM);
 	if (n > 0)
 		snprintf(others, sizeof(others), " and to %d process%s that left it", n,
 				 n == 1 ? "" : "es");
 	else if (n < 0)
 		snprintf(others, sizeof(others), " (cannot read /proc: processes that left it are not found)");
 	msg("%s: sent SIGTERM to the command's process group %d%s (SIGKILL in %s)",
-		why, (int) child_pid, others,
+		why, (int) st->child_pid, others,
 		fmt_ms(kill_deadline - now > 0 ? kill_deadline - now : 0, b, sizeof(b)));
-	term_at = now;
-	kill_at = kill_deadline;
+	st->term_at = now;
+	st->kill_at = kill_deadline;
 }
 
 /* The lease is gone, or cannot be kept: terminate the command. */
 static void
-declare_lost(ms_t kill_deadline, const char *why)
+declare_lost(RunState *st, ms_t kill_deadline, const char *why)
 {
-	if (lost)
+	if (st->lost)
 		return;
-	lost = true;
-	lost_at = now_ms();
-	terminate_all(kill_deadline, why);
+	st->lost = true;
+	st->lost_at = now_ms();
+	terminate_all(st, kill_deadline, why);
 }
 
 static void
-reap(void)
+reap(RunState *st)
 {
 	for (;;)
 	{
@@ -212,13 +227,13 @@ reap(void)
 		pid_t		pid = waitpid(-1, &status, WNOHANG);
 
 		if (pid < 0 && errno == ECHILD)
-			no_children = true;
+			st->no_children = true;
 		if (pid <= 0)
 			break;
-		if (pid == child_pid)
+		if (pid == st->child_pid)
 		{
-			leader_reaped = true;
-			leader_status = status;
+			st->leader_reaped = true;
+			st->leader_status = status;
 			if (WIFEXITED(status))
 				vmsg("the command exited with status %d", WEXITSTATUS(status));
 			else if (WIFSIGNALED(status))
@@ -235,36 +250,35 @@ reap(void)
  * is empty.
  */
 static bool
-descendants_gone(void)
+descendants_gone(RunState *st)
 {
-	if (subreaper)
-		return no_children;
-	return kill(-child_pid, 0) != 0 && errno == ESRCH;
+	if (st->subreaper)
+		return st->no_children;
+	return kill(-st->child_pid, 0) != 0 && errno == ESRCH;
 }
 
 /* ---------------------------------------------------------------- the loop */
 
 static void
-handle_signal(int sig)
+handle_signal(RunState *st, int sig)
 {
 	if (sig == SIGCHLD)
 		return;
-	if (child_pid > 0 && !leader_reaped)
+	if (st->child_pid > 0 && !st->leader_reaped)
 	{
-		vmsg("forwarding %s to process group %d", signame(sig), (int) child_pid);
-		kill(-child_pid, sig);
+		vmsg("forwarding %s to process group %d", signame(sig), (int) st->child_pid);
+		kill(-st->child_pid, sig);
 	}
-	else if (got_signal == 0)
-		got_signal = sig;
+	else if (st->got_signal == 0)
+		st->got_signal = sig;
 }
 
 /* Acts on whatever is due: signals, exited children, kill deadlines. */
 static void
 service(void *arg)
 {
+	RunState   *st = arg;
 	ms_t		now;
-
-	(void) arg;					/* the state is in this file's statics */
 
 	if (sigpipe_fds[0] >= 0)
 	{
@@ -273,63 +287,63 @@ service(void *arg)
 
 		while ((n = read(sigpipe_fds[0], buf, sizeof(buf))) > 0)
 			for (ssize_t i = 0; i < n; i++)
-				handle_signal(buf[i]);
+				handle_signal(st, buf[i]);
 	}
-	if (child_pid <= 0)
+	if (st->child_pid <= 0)
 		return;
-	reap();
-	if (all_gone)
+	reap(st);
+	if (st->all_gone)
 		return;
 
 	now = now_ms();
-	if (phase == PH_RUN && !lost && now >= term_deadline())
+	if (st->phase == PH_RUN && !st->lost && now >= term_deadline(st))
 	{
 		char		b[32];
 		char		why[160];
 
 		snprintf(why, sizeof(why), "lease lost: no renewal succeeded and it may end in %s",
-				 fmt_ms(lease_end - now, b, sizeof(b)));
-		declare_lost(min_ms(now + grace_ms, lease_end - margin_ms), why);
+				 fmt_ms(st->lease_end - now, b, sizeof(b)));
+		declare_lost(st, min_ms(now + st->grace_ms, st->lease_end - st->margin_ms), why);
 	}
-	if (term_at != 0 && !killed && now >= kill_at)
+	if (st->term_at != 0 && !st->killed && now >= st->kill_at)
 	{
 		msg("sending SIGKILL to process group %d and to every process the command started",
-			(int) child_pid);
-		signal_all(SIGKILL);
-		killed = true;
-		killed_at = now;
-		next_kill_at = now + GROUP_POLL_MS;
+			(int) st->child_pid);
+		signal_all(st, SIGKILL);
+		st->killed = true;
+		st->killed_at = now;
+		st->next_kill_at = now + GROUP_POLL_MS;
 	}
-	else if (killed && now >= next_kill_at && !descendants_gone())
+	else if (st->killed && now >= st->next_kill_at && !descendants_gone(st))
 	{
 		/* processes forked while the last round was sent */
-		signal_all(SIGKILL);
-		next_kill_at = now + GROUP_POLL_MS;
+		signal_all(st, SIGKILL);
+		st->next_kill_at = now + GROUP_POLL_MS;
 	}
-	if (leader_reaped)
+	if (st->leader_reaped)
 	{
-		if (descendants_gone())
+		if (descendants_gone(st))
 		{
-			all_gone = true;
-			if (lost)
+			st->all_gone = true;
+			if (st->lost)
 			{
 				char		b[32];
 
 				msg("the command and every process it started are gone, %s after the lease was lost",
-					fmt_ms(now - lost_at, b, sizeof(b)));
+					fmt_ms(now - st->lost_at, b, sizeof(b)));
 			}
 			else
 				vmsg("the command and every process it started are gone");
 		}
-		else if (term_at == 0)
-			terminate_all(now + grace_ms,
+		else if (st->term_at == 0)
+			terminate_all(st, now + st->grace_ms,
 						  "the command exited but processes it started remain");
-		else if (killed && now >= killed_at + KILL_WAIT_MS)
+		else if (st->killed && now >= st->killed_at + KILL_WAIT_MS)
 		{
 			msg("processes the command started survived SIGKILL for %d ms; not waiting for them",
 				KILL_WAIT_MS);
-			all_gone = true;
-			survivors = true;
+			st->all_gone = true;
+			st->survivors = true;
 		}
 	}
 }
@@ -338,20 +352,19 @@ service(void *arg)
 static ms_t
 next_timer(void *arg)
 {
+	RunState   *st = arg;
 	ms_t		t = NEVER;
 
-	(void) arg;					/* the state is in this file's statics */
-
-	if (child_pid <= 0 || all_gone)
+	if (st->child_pid <= 0 || st->all_gone)
 		return t;
-	if (phase == PH_RUN && !lost)
-		t = min_ms(t, term_deadline());
-	if (term_at != 0 && !killed)
-		t = min_ms(t, kill_at);
-	if (killed)
-		t = min_ms(t, min_ms(next_kill_at, killed_at + KILL_WAIT_MS));
+	if (st->phase == PH_RUN && !st->lost)
+		t = min_ms(t, term_deadline(st));
+	if (st->term_at != 0 && !st->killed)
+		t = min_ms(t, st->kill_at);
+	if (st->killed)
+		t = min_ms(t, min_ms(st->next_kill_at, st->killed_at + KILL_WAIT_MS));
 	/* as the subreaper, SIGCHLD tells when the last child is gone */
-	if (leader_reaped && !subreaper)
+	if (st->leader_reaped && !st->subreaper)
 		t = min_ms(t, now_ms() + GROUP_POLL_MS);
 	return t;
 }
@@ -360,14 +373,14 @@ next_timer(void *arg)
 static bool
 abandoned(void *arg)
 {
-	(void) arg;					/* the state is in this file's statics */
+	RunState   *st = arg;
 
-	switch (phase)
+	switch (st->phase)
 	{
 		case PH_ACQUIRE:
-			return got_signal != 0;
+			return st->got_signal != 0;
 		case PH_RUN:
-			return lost || all_gone;
+			return st->lost || st->all_gone;
 		case PH_FINISH:
 			return false;
 	}
@@ -376,9 +389,9 @@ abandoned(void *arg)
 
 /* Sleeps until deadline, unless a signal interrupts the wait for the lease. */
 static void
-backoff_until(ms_t deadline)
+backoff_until(RunState *st, ms_t deadline)
 {
-	while (now_ms() < deadline && !got_signal)
+	while (now_ms() < deadline && !st->got_signal)
 		sleep_until(deadline);
 }
 
@@ -397,7 +410,7 @@ typedef enum
  * On success lease_end moves to the send time plus the TTL.
  */
 static RenewStatus
-renew_once(ms_t deadline)
+renew_once(RunState *st, ms_t deadline)
 {
 	char		ttl_text[64];
 	const char *vals[3];
@@ -409,10 +422,10 @@ renew_once(ms_t deadline)
 	if (conn == NULL && !connect_db(deadline))
 		return io_abandoned() ? RENEW_ABANDONED : RENEW_FAILED;
 
-	interval_text(ttl_ms, ttl_text, sizeof(ttl_text));
-	vals[0] = lease_name;
+	interval_text(st->ttl_ms, ttl_text, sizeof(ttl_text));
+	vals[0] = st->lease_name;
 	vals[1] = ttl_text;
-	vals[2] = lease_owner;
+	vals[2] = st->lease_owner;
 	sent = now_ms();
 	qs = run_query(queries[SQL_RENEW], 3, vals, deadline, &res);
 	if (qs == Q_ABANDONED)
@@ -426,8 +439,8 @@ renew_once(ms_t deadline)
 	else
 	{
 		result = RENEW_OK;
-		lease_end = sent + ttl_ms;
-		vmsg("renewed %s until %s", lease_name, PQgetvalue(res, 0, 0));
+		st->lease_end = sent + st->ttl_ms;
+		vmsg("renewed %s until %s", st->lease_name, PQgetvalue(res, 0, 0));
 	}
 	PQclear(res);
 	return result;
@@ -440,16 +453,16 @@ renew_once(ms_t deadline)
  * server says there was nothing to release, -1 if it could not be asked.
  */
 static int
-release_lease(const char *token)
+release_lease(RunState *st, const char *token)
 {
 	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
 	ms_t		backoff = BACKOFF_MIN_MS;
 	const char *vals[3];
 
-	if (lease_end != 0)
-		deadline = min_ms(deadline, lease_end);
-	vals[0] = lease_name;
-	vals[1] = lease_owner;
+	if (st->lease_end != 0)
+		deadline = min_ms(deadline, st->lease_end);
+	vals[0] = st->lease_name;
+	vals[1] = st->lease_owner;
 	vals[2] = token;
 	for (;;)
 	{
@@ -481,22 +494,15 @@ release_lease(const char *token)
 	}
 }
 
-/*
- * The backends that were sent a dlock_acquire or dlock_try of ours, whose
- * answer we may not have read.  Each connection sends one at a time, and
- * retries end after RECONNECT_WINDOW_MS, so a few slots are enough.
- */
-static int	sent_pids[MAX_SENT_PIDS];
-static int	nsent_pids = 0;
-
+/* Notes a backend that is sent one of our acquire calls. */
 static void
-note_backend(int pid)
+note_backend(RunState *st, int pid)
 {
-	for (int i = 0; i < nsent_pids; i++)
-		if (sent_pids[i] == pid)
+	for (int i = 0; i < st->nsent_pids; i++)
+		if (st->sent_pids[i] == pid)
 			return;
-	if (nsent_pids < MAX_SENT_PIDS)
-		sent_pids[nsent_pids++] = pid;
+	if (st->nsent_pids < MAX_SENT_PIDS)
+		st->sent_pids[st->nsent_pids++] = pid;
 }
 
 /*
@@ -511,7 +517,7 @@ note_backend(int pid)
  * that was taken elsewhere (another process, "dlock try") is left alone.
  */
 static void
-release_unseen_grant(void)
+release_unseen_grant(RunState *st)
 {
 	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
 	char		pids[MAX_SENT_PIDS * 12 + 3];
@@ -521,8 +527,8 @@ release_unseen_grant(void)
 	char		token[32];
 
 	*p++ = '{';
-	for (int i = 0; i < nsent_pids; i++)
-		p += sprintf(p, "%s%d", i > 0 ? "," : "", sent_pids[i]);
+	for (int i = 0; i < st->nsent_pids; i++)
+		p += sprintf(p, "%s%d", i > 0 ? "," : "", st->sent_pids[i]);
 	*p++ = '}';
 	*p = '\0';
 
@@ -552,8 +558,8 @@ release_unseen_grant(void)
 				sleep_until(until);
 		}
 	}
-	vals[0] = lease_name;
-	vals[1] = lease_owner;
+	vals[0] = st->lease_name;
+	vals[1] = st->lease_owner;
 	vals[2] = pids;
 	if (run_query(queries[SQL_GRANTED_TO], 3, vals, deadline, &res) != Q_OK)
 		goto failed;
@@ -565,13 +571,13 @@ release_unseen_grant(void)
 	snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
 	PQclear(res);
 	vmsg("releasing the lease granted as the wait was interrupted (token %s)", token);
-	if (release_lease(token) < 0)
+	if (release_lease(st, token) < 0)
 		goto failed;
 	return;
 
 failed:
 	msg("cannot release what may have been granted on %s (%s); it ends by itself within its TTL",
-		lease_name, last_error);
+		st->lease_name, last_error);
 }
 
 /*
@@ -580,22 +586,22 @@ failed:
  * another lease of the same owner.
  */
 static void
-exit_interrupted(void)
+exit_interrupted(RunState *st)
 {
-	int			sig = got_signal;
+	int			sig = st->got_signal;
 
 	msg("interrupted by %s while waiting for %s; the command was not started",
-		signame(sig), lease_name);
-	phase = PH_FINISH;
+		signame(sig), st->lease_name);
+	st->phase = PH_FINISH;
 	close_conn();
-	if (lease_token[0] != '\0')
+	if (st->lease_token[0] != '\0')
 	{
-		if (release_lease(lease_token) < 0)
+		if (release_lease(st, st->lease_token) < 0)
 			msg("cannot release %s (%s); it ends by itself within its TTL",
-				lease_name, last_error);
+				st->lease_name, last_error);
 	}
-	else if (nsent_pids > 0)
-		release_unseen_grant();
+	else if (st->nsent_pids > 0)
+		release_unseen_grant(st);
 	close_conn();
 	exit(128 + sig);
 }
@@ -606,7 +612,7 @@ exit_interrupted(void)
  * a lease again with the same owner returns the same token.
  */
 static void
-acquire_lease(bool nowait, ms_t timeout_ms)
+acquire_lease(RunState *st, bool nowait, ms_t timeout_ms)
 {
 	ms_t		start = now_ms();
 	ms_t		retry_until = 0;
@@ -615,7 +621,7 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 	char		timeout_text[64];
 	char		b[32];
 
-	interval_text(ttl_ms, ttl_text, sizeof(ttl_text));
+	interval_text(st->ttl_ms, ttl_text, sizeof(ttl_text));
 	for (;;)
 	{
 		const char *vals[6];
@@ -627,34 +633,34 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 		const char *sql;
 		int			nparams;
 
-		if (got_signal)
-			exit_interrupted();
+		if (st->got_signal)
+			exit_interrupted(st);
 		if (conn == NULL)
 		{
 			if (!connect_db(retry_until ? retry_until : 0))
 			{
-				if (got_signal)
-					exit_interrupted();
+				if (st->got_signal)
+					exit_interrupted(st);
 				if (retry_until == 0 || now_ms() >= retry_until)
 				{
 					msg("cannot connect to the server: %s", last_error);
 					exit(EXIT_CONN);
 				}
 				vmsg("reconnecting failed: %s", last_error);
-				backoff_until(min_ms(now_ms() + backoff, retry_until));
+				backoff_until(st, min_ms(now_ms() + backoff, retry_until));
 				backoff = min_ms(backoff * 2, BACKOFF_MAX_MS);
 				continue;
 			}
 		}
 
-		vals[0] = lease_name;
+		vals[0] = st->lease_name;
 		vals[1] = ttl_text;
 		if (nowait)
 		{
 			sql = queries[SQL_TRY];
-			vals[2] = lease_owner;
-			vals[3] = lease_mode;
-			vals[4] = lease_permits;
+			vals[2] = st->lease_owner;
+			vals[3] = st->lease_mode;
+			vals[4] = st->lease_permits;
 			nparams = 5;
 		}
 		else
@@ -671,28 +677,28 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 			}
 			else
 				vals[2] = NULL;
-			vals[3] = lease_owner;
-			vals[4] = lease_mode;
-			vals[5] = lease_permits;
+			vals[3] = st->lease_owner;
+			vals[4] = st->lease_mode;
+			vals[5] = st->lease_permits;
 			nparams = 6;
 		}
-		note_backend(PQbackendPID(conn));
+		note_backend(st, PQbackendPID(conn));
 		sent = now_ms();
 		qs = run_query(sql, nparams, vals, deadline, &res);
 		recv = now_ms();
 		if (qs == Q_ABANDONED)
-			exit_interrupted();
+			exit_interrupted(st);
 		if (qs != Q_OK)
 		{
 			if (retry_until == 0)
 				retry_until = now_ms() + RECONNECT_WINDOW_MS;
 			if (now_ms() >= retry_until)
 			{
-				msg("lost the connection while taking %s: %s", lease_name, last_error);
+				msg("lost the connection while taking %s: %s", st->lease_name, last_error);
 				exit(EXIT_CONN);
 			}
-			msg("lost the connection while taking %s (%s); retrying", lease_name, last_error);
-			backoff_until(min_ms(now_ms() + backoff, retry_until));
+			msg("lost the connection while taking %s (%s); retrying", st->lease_name, last_error);
+			backoff_until(st, min_ms(now_ms() + backoff, retry_until));
 			backoff = min_ms(backoff * 2, BACKOFF_MAX_MS);
 			continue;
 		}
@@ -700,7 +706,7 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 		{
 			bool		arg = is_argument_error(res);
 
-			msg("cannot take %s: %s", lease_name, last_error);
+			msg("cannot take %s: %s", st->lease_name, last_error);
 			PQclear(res);
 			exit(arg ? EXIT_USAGE : EXIT_SERVER);
 		}
@@ -709,40 +715,40 @@ acquire_lease(bool nowait, ms_t timeout_ms)
 			PQclear(res);
 			if (nowait)
 			{
-				report_holder(lease_name, now_ms() + RELEASE_WINDOW_MS);
+				report_holder(st->lease_name, now_ms() + RELEASE_WINDOW_MS);
 				exit(EXIT_BUSY);
 			}
 			msg("timed out after %s waiting for %s", fmt_ms(recv - start, b, sizeof(b)),
-				lease_name);
+				st->lease_name);
 			exit(EXIT_TIMEOUT);
 		}
-		snprintf(lease_token, sizeof(lease_token), "%s", PQgetvalue(res, 0, 0));
+		snprintf(st->lease_token, sizeof(st->lease_token), "%s", PQgetvalue(res, 0, 0));
 		PQclear(res);
-		lease_end = sent + ttl_ms;
-		vmsg("took %s as %s, token %s, after %s", lease_name, lease_owner, lease_token,
+		st->lease_end = sent + st->ttl_ms;
+		vmsg("took %s as %s, token %s, after %s", st->lease_name, st->lease_owner, st->lease_token,
 			 fmt_ms(recv - start, b, sizeof(b)));
-		if (recv - sent <= ttl_ms / 10)
+		if (recv - sent <= st->ttl_ms / 10)
 			return;
 
 		/*
 		 * The grant came after a wait (or a slow round trip): when exactly is
 		 * unknown, so renew now to know how long the lease lasts.
 		 */
-		phase = PH_RUN;
-		switch (renew_once(now_ms() + RECONNECT_WINDOW_MS))
+		st->phase = PH_RUN;
+		switch (renew_once(st, now_ms() + RECONNECT_WINDOW_MS))
 		{
 			case RENEW_OK:
-				phase = PH_ACQUIRE;
+				st->phase = PH_ACQUIRE;
 				return;
 			case RENEW_GONE:
-				msg("lease on %s lost before the command started", lease_name);
+				msg("lease on %s lost before the command started", st->lease_name);
 				exit(EXIT_LOST);
 			default:
-				msg("cannot confirm the lease on %s: %s", lease_name, last_error);
-				phase = PH_FINISH;
-				lease_end = 0;	/* its real end is unknown: do not cap the
-								 * release */
-				release_lease(lease_token);
+				msg("cannot confirm the lease on %s: %s", st->lease_name, last_error);
+				st->phase = PH_FINISH;
+				st->lease_end = 0;	/* its real end is unknown: do not cap the
+									 * release */
+				release_lease(st, st->lease_token);
 				exit(EXIT_CONN);
 		}
 	}
@@ -755,7 +761,7 @@ acquire_lease(bool nowait, ms_t timeout_ms)
  * DLOCK_OWNER and DLOCK_TOKEN in its environment.
  */
 static void
-start_child(char **argv)
+start_child(RunState *st, char **argv)
 {
 	int			errpipe[2];
 	sigset_t	all;
@@ -768,8 +774,8 @@ start_child(char **argv)
 	if (make_pipe(errpipe, false) != 0)
 	{
 		msg("cannot create a pipe: %s", strerror(errno));
-		phase = PH_FINISH;
-		release_lease(lease_token);
+		st->phase = PH_FINISH;
+		release_lease(st, st->lease_token);
 		exit(EXIT_OSERR);
 	}
 	/* no handler of ours may run in the child */
@@ -788,9 +794,9 @@ start_child(char **argv)
 		if (getppid() != parent)
 			_exit(EXIT_LOST);
 #endif
-		setenv("DLOCK_NAME", lease_name, 1);
-		setenv("DLOCK_OWNER", lease_owner, 1);
-		setenv("DLOCK_TOKEN", lease_token, 1);
+		setenv("DLOCK_NAME", st->lease_name, 1);
+		setenv("DLOCK_OWNER", st->lease_owner, 1);
+		setenv("DLOCK_TOKEN", st->lease_token, 1);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		execvp(argv[0], argv);
 		e = errno;
@@ -806,14 +812,14 @@ start_child(char **argv)
 
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		msg("cannot fork: %s", strerror(e));
-		phase = PH_FINISH;
-		release_lease(lease_token);
+		st->phase = PH_FINISH;
+		release_lease(st, st->lease_token);
 		exit(EXIT_OSERR);
 	}
 	/* both sides set the group, so kill(-pid) works whoever runs first */
 	if (setpgid(pid, pid) != 0 && errno != EACCES)
 		vmsg("setpgid: %s", strerror(errno));
-	child_pid = pid;
+	st->child_pid = pid;
 	sigprocmask(SIG_SETMASK, &old, NULL);
 
 	close(errpipe[1]);
@@ -831,20 +837,22 @@ start_child(char **argv)
 int
 cmd_run(const Args *a)
 {
-	LoopHooks	hooks = {-1, service, next_timer, abandoned, NULL};
+	RunState	run = {.phase = PH_ACQUIRE};
+	RunState   *st = &run;
+	LoopHooks	hooks = {-1, service, next_timer, abandoned, st};
 	ms_t		renew_at;
 	ms_t		backoff = BACKOFF_MIN_MS;
 	int			failures = 0;
 	int			released;
 	int			status;
 
-	lease_name = a->name;
-	lease_owner = a->owner;
-	lease_mode = a->mode;
-	lease_permits = a->permits;
-	ttl_ms = a->ttl_ms;
-	grace_ms = a->grace_ms;
-	margin_ms = min_ms(MAX_MARGIN_MS, ttl_ms / 10);
+	st->lease_name = a->name;
+	st->lease_owner = a->owner;
+	st->lease_mode = a->mode;
+	st->lease_permits = a->permits;
+	st->ttl_ms = a->ttl_ms;
+	st->grace_ms = a->grace_ms;
+	st->margin_ms = min_ms(MAX_MARGIN_MS, st->ttl_ms / 10);
 
 	setup_signals();
 	hooks.wake_fd = sigpipe_fds[0];
@@ -852,29 +860,29 @@ cmd_run(const Args *a)
 #if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
 	/* orphaned descendants become our children: none leaves our tree */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
-		subreaper = true;
+		st->subreaper = true;
 	else
 		vmsg("cannot become a child subreaper (%s): only the command's process group is tracked",
 			 strerror(errno));
 #endif
 
-	phase = PH_ACQUIRE;
-	acquire_lease(a->nowait, a->timeout_ms);
-	if (got_signal)
-		exit_interrupted();
+	st->phase = PH_ACQUIRE;
+	acquire_lease(st, a->nowait, a->timeout_ms);
+	if (st->got_signal)
+		exit_interrupted(st);
 
-	phase = PH_RUN;
-	renew_at = lease_end - ttl_ms + ttl_ms / 3;
-	start_child(a->argv);
+	st->phase = PH_RUN;
+	renew_at = st->lease_end - st->ttl_ms + st->ttl_ms / 3;
+	start_child(st, a->argv);
 
-	while (!all_gone)
+	while (!st->all_gone)
 	{
-		if (!lost && now_ms() >= renew_at)
+		if (!st->lost && now_ms() >= renew_at)
 		{
 			char		b[32];
 			ms_t		now;
 
-			switch (renew_once(term_deadline()))
+			switch (renew_once(st, term_deadline(st)))
 			{
 				case RENEW_OK:
 					if (failures > 0)
@@ -882,18 +890,18 @@ cmd_run(const Args *a)
 							failures > 1 ? "s" : "");
 					failures = 0;
 					backoff = BACKOFF_MIN_MS;
-					renew_at = lease_end - ttl_ms + ttl_ms / 3;
+					renew_at = st->lease_end - st->ttl_ms + st->ttl_ms / 3;
 					break;
 				case RENEW_GONE:
 					now = now_ms();
-					declare_lost(now + grace_ms,
+					declare_lost(st, now + st->grace_ms,
 								 "lease lost: the server says it is gone (forced release or expiry)");
 					break;
 				case RENEW_FAILED:
 					now = now_ms();
 					if (failures == 0 || verbose)
 						msg("cannot renew the lease (%s); retrying, SIGTERM to the command in %s unless a renewal succeeds",
-							last_error, fmt_ms(term_deadline() - now, b, sizeof(b)));
+							last_error, fmt_ms(term_deadline(st) - now, b, sizeof(b)));
 					failures++;
 					renew_at = now + backoff;
 					backoff = min_ms(backoff * 2, BACKOFF_MAX_MS);
@@ -903,23 +911,23 @@ cmd_run(const Args *a)
 			}
 			continue;
 		}
-		sleep_until(lost ? NEVER : renew_at);
+		sleep_until(st->lost ? NEVER : renew_at);
 	}
 
-	phase = PH_FINISH;
-	status = leader_status;
-	if (survivors)
+	st->phase = PH_FINISH;
+	status = st->leader_status;
+	if (st->survivors)
 	{
 		/* they can still finish a write: the lease must not end early */
 		msg("not releasing %s while processes of the command may still run; it ends by itself within its TTL",
-			lease_name);
+			st->lease_name);
 		released = -2;
 	}
 	else
-		released = release_lease(lease_token);
+		released = release_lease(st, st->lease_token);
 	close_conn();
 
-	if (lost)
+	if (st->lost)
 	{
 		if (WIFSIGNALED(status))
 			msg("exiting with status %d (lease lost); the command was killed by signal %d",
@@ -932,12 +940,12 @@ cmd_run(const Args *a)
 	if (released == 0)
 	{
 		msg("the lease on %s was gone when the command ended (forced release?); exiting with status %d",
-			lease_name, EXIT_LOST);
+			st->lease_name, EXIT_LOST);
 		return EXIT_LOST;
 	}
 	if (released == -1)
 		msg("could not release %s (%s); it ends by itself within its TTL",
-			lease_name, last_error);
+			st->lease_name, last_error);
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return WEXITSTATUS(status);
