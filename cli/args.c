@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "msg.h"
 
 /* DLOCK_CLI_VERSION: the extension's version, from cli/Makefile */
 #ifndef DLOCK_CLI_VERSION
@@ -325,33 +326,14 @@ read_options(int argc, char **argv, const char *optstring,
 }
 
 /*
- * Reads and checks the command line into *a.  Exits on a usage error, and
- * after --help or --version.
+ * Returns the subcommand, argv[i], once checked.  Exits if there is none or
+ * it is unknown, and after "help".
  */
-void
-parse_args(int argc, char **argv, Args *a)
+static const char *
+subcommand(int argc, char **argv, int i)
 {
-	Given		given = {false, false, false};
-	int			i;
 	const char *sub;
-	char	  **sargv;
-	int			sargc;
-	int			dashdash = -1;
-	int			npos;
-	char	  **pos;
 
-	*a = (Args)
-	{
-		.mode = "exclusive",
-			.ttl_ms = DEFAULT_TTL_MS,
-			.timeout_ms = -1,
-	};
-
-	/* options before the subcommand: -d, -v, -h, --version */
-	opterr = 0;
-	optind = 1;
-	read_options(argc, argv, "+:d:vh", global_options, a, &given);
-	i = optind;
 	if (i >= argc)
 		usage_error("no subcommand given (run, try, release or status)");
 	sub = argv[i];
@@ -363,34 +345,26 @@ parse_args(int argc, char **argv, Args *a)
 	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 &&
 		strcmp(sub, "release") != 0 && strcmp(sub, "status") != 0)
 		usage_error("unknown subcommand \"%s\" (run, try, release or status)", sub);
+	return sub;
+}
 
-	/* the subcommand's arguments, with the subcommand as argv[0] */
-	sargv = argv + i;
-	sargc = argc - i;
-	for (int k = 1; k < sargc; k++)
-	{
-		if (strcmp(sargv[k], "--") == 0)
-		{
-			dashdash = k;
-			break;
-		}
-	}
+/* Where the first "--" after argv[0] is, or -1. */
+static int
+find_dashdash(int argc, char **argv)
+{
+	for (int k = 1; k < argc; k++)
+		if (strcmp(argv[k], "--") == 0)
+			return k;
+	return -1;
+}
 
-	/*
-	 * run without "--": options stop at NAME, the rest is the command.  With
-	 * "--", options may come anywhere before it.
-	 */
-	optind = 0;					/* 0: start afresh on a new argv */
-	read_options(dashdash >= 0 ? dashdash : sargc, sargv,
-				 strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
-				 subcommand_options, a, &given);
-	pos = sargv + optind;
-	npos = (dashdash >= 0 ? dashdash : sargc) - optind;
-
-	/* options that do not apply to the subcommand */
-	if (strcmp(sub, "run") != 0 && (given.timeout || a->nowait || given.grace))
+/* Exits if an option given does not apply to sub, or has a wrong value. */
+static void
+check_options(const char *sub, const Args *a, const Given *given, int dashdash)
+{
+	if (strcmp(sub, "run") != 0 && (given->timeout || a->nowait || given->grace))
 		usage_error("--timeout, --no-wait and --grace are options of run");
-	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && given.ttl)
+	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && given->ttl)
 		usage_error("--ttl is an option of run and try");
 	if (strcmp(sub, "release") != 0 && a->token != NULL)
 		usage_error("--token is an option of release");
@@ -403,7 +377,7 @@ parse_args(int argc, char **argv, Args *a)
 		usage_error("--owner is not an option of status");
 	if (a->owner != NULL && (a->owner[0] == '\0' || strlen(a->owner) > MAX_OWNER_LEN))
 		usage_error("--owner must be 1 to %d bytes", MAX_OWNER_LEN);
-	if (given.ttl && (a->ttl_ms < MIN_TTL_MS || a->ttl_ms > MAX_TTL_MS))
+	if (given->ttl && (a->ttl_ms < MIN_TTL_MS || a->ttl_ms > MAX_TTL_MS))
 		usage_error("--ttl must be at least 1s and at most 7 days");
 	if (a->token != NULL)
 	{
@@ -416,43 +390,54 @@ parse_args(int argc, char **argv, Args *a)
 	}
 	if (dashdash >= 0 && strcmp(sub, "run") != 0)
 		usage_error("\"--\" is only used by run");
+}
 
-	if (strcmp(sub, "run") == 0)
+/*
+ * run's NAME and COMMAND: the npos words at pos before "--" (sargv's
+ * dashdash, or -1 without one), and the defaults of its options.
+ */
+static void
+run_arguments(Args *a, const Given *given, char **sargv, int dashdash,
+			  char **pos, int npos)
+{
+	char	  **cmd;
+
+	if (dashdash >= 0)
 	{
-		char	  **cmd;
-
-		if (dashdash >= 0)
-		{
-			if (npos != 1)
-				usage_error(npos == 0 ? "run needs a NAME" :
-							"run takes one NAME before \"--\"");
-			cmd = sargv + dashdash + 1;
-		}
-		else
-		{
-			if (npos < 1)
-				usage_error("run needs a NAME and a COMMAND");
-			cmd = pos + 1;
-		}
-		if (*cmd == NULL)
-			usage_error("run needs a COMMAND after the NAME (dlock run NAME -- COMMAND)");
-		if (pos[0][0] == '\0')
-			usage_error("NAME must not be empty");
-		if (a->nowait && given.timeout)
-			usage_error("--no-wait and --timeout exclude each other");
-		if (given.timeout && a->timeout_ms == 0)
-			a->nowait = true;
-		if (!given.grace)
-			a->grace_ms = min_ms(DEFAULT_GRACE_MS, a->ttl_ms / 4);
-		else if (a->grace_ms * 2 >= a->ttl_ms)
-			usage_error("--grace must be less than half the TTL");
-		a->command = CMD_RUN;
-		a->name = pos[0];
-		if (a->owner == NULL)
-			a->owner = default_owner("run");
-		a->argv = cmd;
-		return;
+		if (npos != 1)
+			usage_error(npos == 0 ? "run needs a NAME" :
+						"run takes one NAME before \"--\"");
+		cmd = sargv + dashdash + 1;
 	}
+	else
+	{
+		if (npos < 1)
+			usage_error("run needs a NAME and a COMMAND");
+		cmd = pos + 1;
+	}
+	if (*cmd == NULL)
+		usage_error("run needs a COMMAND after the NAME (dlock run NAME -- COMMAND)");
+	if (pos[0][0] == '\0')
+		usage_error("NAME must not be empty");
+	if (a->nowait && given->timeout)
+		usage_error("--no-wait and --timeout exclude each other");
+	if (given->timeout && a->timeout_ms == 0)
+		a->nowait = true;
+	if (!given->grace)
+		a->grace_ms = min_ms(DEFAULT_GRACE_MS, a->ttl_ms / 4);
+	else if (a->grace_ms * 2 >= a->ttl_ms)
+		usage_error("--grace must be less than half the TTL");
+	a->command = CMD_RUN;
+	a->name = pos[0];
+	if (a->owner == NULL)
+		a->owner = default_owner("run");
+	a->argv = cmd;
+}
+
+/* The NAME of try, release and status, the npos words at pos. */
+static void
+name_argument(const char *sub, Args *a, char **pos, int npos)
+{
 	if (strcmp(sub, "try") == 0)
 	{
 		if (npos != 1)
@@ -478,4 +463,53 @@ parse_args(int argc, char **argv, Args *a)
 		usage_error("status takes at most one NAME");
 	a->command = CMD_STATUS;
 	a->name = npos == 1 ? pos[0] : NULL;
+}
+
+/*
+ * Reads and checks the command line into *a.  Exits on a usage error, and
+ * after --help or --version.
+ */
+void
+parse_args(int argc, char **argv, Args *a)
+{
+	Given		given = {false, false, false};
+	const char *sub;
+	char	  **sargv;
+	int			sargc;
+	int			dashdash;
+	int			nopts;
+
+	*a = (Args)
+	{
+		.mode = "exclusive",
+			.ttl_ms = DEFAULT_TTL_MS,
+			.timeout_ms = -1,
+	};
+
+	/* options before the subcommand: -d, -v, -h, --version */
+	opterr = 0;
+	optind = 1;
+	read_options(argc, argv, "+:d:vh", global_options, a, &given);
+	sub = subcommand(argc, argv, optind);
+
+	/* the subcommand's arguments, with the subcommand as argv[0] */
+	sargv = argv + optind;
+	sargc = argc - optind;
+	dashdash = find_dashdash(sargc, sargv);
+	nopts = dashdash >= 0 ? dashdash : sargc;
+
+	/*
+	 * run without "--": options stop at NAME, the rest is the command.  With
+	 * "--", options may come anywhere before it.
+	 */
+	optind = 0;					/* 0: start afresh on a new argv */
+	read_options(nopts, sargv,
+				 strcmp(sub, "run") == 0 && dashdash < 0 ? "+:d:vh" : ":d:vh",
+				 subcommand_options, a, &given);
+
+	check_options(sub, a, &given, dashdash);
+	if (strcmp(sub, "run") == 0)
+		run_arguments(a, &given, sargv, dashdash, sargv + optind, nopts - optind);
+	else
+		name_argument(sub, a, sargv + optind, nopts - optind);
 }

@@ -10,40 +10,14 @@
  *
  * This file is the entry point: it reads the command line (args.c) and
  * hands it to the subcommand, "run" in run.c, the others in oneshot.c.
- * It also owns the messages on stderr that every file writes.
  *
  * Copyright: the dlock authors; same licence as the extension.
  */
-#include <stdarg.h>
-#include <stdio.h>
-
 #include "args.h"
+#include "msg.h"
 #include "oneshot.h"
 #include "run.h"
 #include "session.h"
-
-const char *progname = "dlock";
-
-/* -v */
-bool		verbose = false;
-
-void
-msg_va(const char *fmt, va_list ap)
-{
-	fprintf(stderr, "%s: ", progname);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-}
-
-void
-msg(const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	msg_va(fmt, ap);
-	va_end(ap);
-}
 
 int
 main(int argc, char **argv)

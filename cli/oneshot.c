@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "msg.h"
 #include "oneshot.h"
 #include "session.h"
 

@@ -1,8 +1,7 @@
 /*
  * run.h
- *		"dlock run", and the loop it runs in.  Every wait for the server goes
- *		through that loop, so that signals and kill deadlines are served while
- *		a query runs.
+ *		"dlock run": the lease, the command that runs under it, and the loop
+ *		that keeps both in step.
  *
  * Copyright: the dlock authors; same licence as the extension.
  */
@@ -12,8 +11,5 @@
 #include "args.h"
 
 extern int	cmd_run(const Args *a);
-
-extern int	wait_io(int fd, short events, ms_t deadline);
-extern bool io_abandoned(void);
 
 #endif							/* DLOCK_RUN_H */

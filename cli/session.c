@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run.h"
+#include "loop.h"
+#include "msg.h"
 #include "session.h"
 
 #define DEFAULT_CONNECT_MS	30000	/* when connect_timeout is not set */

@@ -27,7 +27,7 @@ typedef enum
 	Q_OK,						/* *res is the result, possibly an error */
 	Q_CONNLOST,					/* the connection failed */
 	Q_TIMEOUT,					/* no answer by the deadline */
-	Q_ABANDONED					/* io_abandoned() */
+	Q_ABANDONED					/* io_abandoned() (loop.c) */
 } QStatus;
 
 enum

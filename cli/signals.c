@@ -1,8 +1,8 @@
 /*
  * signals.c
  *		The signal dispositions of "dlock run": signals arrive as bytes on a
- *		self-pipe, which the run loop polls; the command gets the dispositions
- *		dlock started with.
+ *		self-pipe, which every wait of run polls (loop.c); the command gets the
+ *		dispositions dlock started with.
  *
  * Copyright: the dlock authors; same licence as the extension.
  */
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "msg.h"
 #include "signals.h"
 
 /* A pipe whose ends are close-on-exec (and non-blocking, if asked). */
