@@ -5,7 +5,7 @@
  *
  * Built and tested on 15, 17 and 18.  16 is placed by the release each
  * change came in (16 renamed rd_node; the rest came in 17 or 18), not by a
- * build: Debian has no 16 here (see the README).
+ * build: Debian has no 16 here (see docs/versions.md).
  * Everything else dlock calls is the same on all of them: shmem_request_hook
  * and named LWLock tranches (15 on), background worker registration, wait
  * event PG_WAIT_EXTENSION (17's custom wait event names are not used, so

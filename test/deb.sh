@@ -98,7 +98,7 @@ if [[ "${1:-}" == --inside ]]; then
 	check "dpkg -L dlock-cli: /usr/bin/dlock" listed /tmp/cli.list /usr/bin/dlock
 	check "dlock --version: dlock $ver" sh -c "[ \"\$(dlock --version)\" = 'dlock $ver' ]"
 
-	# 3. a Debian cluster: the README's steps
+	# 3. a Debian cluster: the steps of docs/packaging.md
 	check "pg_createcluster $v dlocktest (port $port, no TCP), pg_ctlcluster start" sh -c "
 		pg_createcluster -p $port $v dlocktest >/dev/null &&
 		pg_conftool $v dlocktest set listen_addresses '' &&

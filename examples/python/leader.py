@@ -12,8 +12,9 @@ it when its TTL ends.
         --name orders-leader --ttl 3
 
 The leader's work here is a heartbeat: it writes its token into two tables
-whose dlock_fenced triggers refuse any token but the live lease's (see
-examples/README.md for the DDL).  Exit status 0 after a clean stop.
+whose dlock_fenced triggers refuse any token but the live lease's (DDL:
+leader_state in README.md's leader election recipe, leader_log in
+examples/README.md).  Exit status 0 after a clean stop.
 """
 import argparse
 import os

@@ -449,22 +449,22 @@ if [ -n "$names" ] && [ -z "$missing" ]; then
 else
 	fail "the rules or their tests name metrics the exporter does not export:${missing:- none at all}"
 fi
-# README.md shows the same rules (without comments and descriptions), valid
+# docs/operations.md shows the same rules (without comments and descriptions), valid
 awk '/^## / { m = ($0 ~ /^## Monitoring with Prometheus/) }
 	m && /^```yaml$/ { y = 1; b = ""; next }
 	y && /^```$/ { y = 0; if (b ~ /^groups:/) printf "%s", b; next }
-	y { b = b $0 "\n" }' "$here/README.md" >"$tmp/readme-alerts.yaml"
+	y { b = b $0 "\n" }' "$here/docs/operations.md" >"$tmp/readme-alerts.yaml"
 rules_of() {
 	grep -E '^[[:space:]]*(- alert|expr|for):' "$1" | sed 's/^[[:space:]]*//'
 }
 if [ ! -s "$tmp/readme-alerts.yaml" ]; then
-	fail "README.md: no alert rules (a yaml block starting with groups:) under Monitoring with Prometheus"
+	fail "docs/operations.md: no alert rules (a yaml block starting with groups:) under Monitoring with Prometheus"
 elif ! promtool check rules "$tmp/readme-alerts.yaml" >"$tmp/readme-rules.out" 2>&1; then
-	fail "README.md's alert rules: $(cat "$tmp/readme-rules.out")"
+	fail "docs/operations.md's alert rules: $(cat "$tmp/readme-rules.out")"
 elif [ "$(rules_of "$tmp/readme-alerts.yaml")" != "$(rules_of "$alerts")" ]; then
-	fail "README.md's alert rules differ from $(basename "$alerts"): $(diff <(rules_of "$tmp/readme-alerts.yaml") <(rules_of "$alerts") | tr '\n' ' ')"
+	fail "docs/operations.md's alert rules differ from $(basename "$alerts"): $(diff <(rules_of "$tmp/readme-alerts.yaml") <(rules_of "$alerts") | tr '\n' ' ')"
 else
-	ok "README.md shows the rules of $(basename "$alerts"), valid"
+	ok "docs/operations.md shows the rules of $(basename "$alerts"), valid"
 fi
 
 echo "metrics.sh: $checks checks, $failures failed"
