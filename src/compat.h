@@ -23,6 +23,10 @@
 #else
 #include "storage/backendid.h"
 #endif
+/* 16 moved the varlena macros (VARDATA_ANY...) out of postgres.h */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
 
 /*
  * This backend's index among the MaxBackends regular backends (client
