@@ -63,6 +63,18 @@
 #define pg_noreturn pg_attribute_noreturn()
 #endif
 
+/*
+ * Whether transaction xid has ended, without waiting: 18 added whether to
+ * log the failure to get its lock (log_lock_failures); dlock does not.
+ */
+#if PG_VERSION_NUM >= 180000
+#define DLockConditionalXactLockTableWait(xid) \
+	ConditionalXactLockTableWait((xid), false)
+#else
+#define DLockConditionalXactLockTableWait(xid) \
+	ConditionalXactLockTableWait(xid)
+#endif
+
 /* A relation's file number: 16 renamed RelFileNode (rd_node) RelFileLocator. */
 #if PG_VERSION_NUM >= 160000
 #define DLockRelFileNumber(rel)	((Oid) (rel)->rd_locator.relNumber)

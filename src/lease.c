@@ -15,7 +15,8 @@
  * Locking: one partition lock at a time, never while sleeping, reading
  * the lease table or allocating tokens from their file; a durable grant's
  * row is written after the lock is released (the lease carries the
- * granting transaction's id, so nobody acts on it until that ends).
+ * granting transaction's id, so nobody acts on it until that ends; every
+ * wait for that goes through wait_for_grant(), within the caller's deadline).
  */
 #include "postgres.h"
 
@@ -26,7 +27,9 @@
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "lease.h"
@@ -198,19 +201,148 @@ grant_in_progress(const DLockEntry *lease)
 	return lease->grant_xid;
 }
 
-/* Waits for xid (from grant_in_progress), then forgets it in the lease. */
+/*
+ * When a wait of timeout microseconds from now gives up, on the monotonic
+ * clock: 0 = never (timeout -1), now for timeout 0.  lock_timeout bounds it
+ * as it bounds any lock wait; *by_lock_timeout says when it set the limit.
+ */
+static int64
+wait_deadline(int64 timeout, int64 now, bool *by_lock_timeout)
+{
+	int64		deadline;
+
+	*by_lock_timeout = false;
+	if (LockTimeout > 0 && (timeout < 0 || (int64) LockTimeout * 1000 < timeout))
+	{
+		timeout = (int64) LockTimeout * 1000;
+		*by_lock_timeout = true;
+	}
+	if (timeout < 0 || pg_add_s64_overflow(now, timeout, &deadline))
+		return 0;
+	return Max(deadline, 1);
+}
+
+/*
+ * A call with no timeout of its own (renew, release, force release, fence)
+ * waits for a lease's grant at most until the lease would expire: it cannot
+ * act on the lease after that anyway.
+ */
+static int64
+lease_deadline(const DLockEntry *lease, int64 now, bool *by_lock_timeout)
+{
+	return wait_deadline(Max(lease->expires - now, 0), now, by_lock_timeout);
+}
+
+pg_noreturn static void grant_not_ended(const DLockRequest *req);
+
 static void
-wait_for_grant(const DLockRequest *req, uint64 token, TransactionId xid)
+grant_not_ended(const DLockRequest *req)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("lease on \"%.*s\" is still being granted by another transaction",
+					req->key.len, req->key.name),
+			 errdetail("The transaction that granted it was still open when the lease expired."),
+			 errhint("Retry once that transaction has ended.")));
+}
+
+static void
+grant_wait_context(void *arg)
+{
+	const DLockRequest *req = (const DLockRequest *) arg;
+
+	errcontext("waiting for the transaction that grants the lease on \"%.*s\", at most until the lease expires",
+			   req->key.len, req->key.name);
+}
+
+/* how often a timed wait for a grant looks whether its transaction ended */
+#define GRANT_POLL_MS	10
+
+/*
+ * Waits until xid (from grant_in_progress) has ended, then forgets it in the
+ * lease with token.  Every wait for another session's grant goes through
+ * here, so none outlives its caller's deadline (from wait_deadline):
+ *
+ * - past the deadline (a try's is now): one look, no wait;
+ * - no deadline: a wait for the transaction's lock, as for a row lock
+ *   (lock_timeout, the deadlock detector and pg_locks see it);
+ * - a caller with no timeout of its own (fail_at_deadline): the same wait,
+ *   with lock_timeout lowered to the deadline, which it then fails at;
+ * - a caller's own timeout: the lock is tried between sleeps on the latch,
+ *   since a lock wait cannot end at a deadline without an error.
+ *
+ * Cancel and statement_timeout end every wait.  Returns true when the caller
+ * should look at the lease again (the grant ended, or the lease did), false
+ * when the deadline came first.  At the deadline it raises 55P03 instead
+ * when lock_timeout set it, or with fail_at_deadline.
+ */
+static bool
+wait_for_grant(const DLockRequest *req, uint64 token, TransactionId xid,
+			   int64 deadline, bool by_lock_timeout, bool fail_at_deadline)
 {
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	DLockEntry *lease;
+	bool		ended;
+	bool		waiting;
+	int64		now = dlock_mono_now();
 
-	XactLockTableWait(xid, NULL, NULL, XLTW_None);
+	if (deadline != 0 && now >= deadline)
+		ended = DLockConditionalXactLockTableWait(xid);
+	else if (deadline == 0)
+	{
+		XactLockTableWait(xid, NULL, NULL, XLTW_None);
+		ended = true;
+	}
+	else if (fail_at_deadline)
+	{
+		ErrorContextCallback context;
+		int			nestlevel = NewGUCNestLevel();
+		char		ms[32];
+
+		snprintf(ms, sizeof(ms), INT64_FORMAT, (deadline - now + 999) / 1000);
+		(void) set_config_option("lock_timeout", ms, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		context.callback = grant_wait_context;
+		context.arg = (void *) req;
+		context.previous = error_context_stack;
+		error_context_stack = &context;
+		XactLockTableWait(xid, NULL, NULL, XLTW_None);
+		error_context_stack = context.previous;
+		AtEOXact_GUC(true, nestlevel);
+		ended = true;
+	}
+	else
+	{
+		for (;;)
+		{
+			ended = DLockConditionalXactLockTableWait(xid);
+			now = dlock_mono_now();
+			if (ended || now >= deadline)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(GRANT_POLL_MS, (deadline - now + 999) / 1000),
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	lease = dlock_find_lease(&req->key, req->hash, token);
-	if (lease != NULL && lease->grant_xid == xid)
+	if (ended && lease != NULL && lease->grant_xid == xid)
 		lease->grant_xid = InvalidTransactionId;
+	waiting = !ended && lease != NULL && lease->grant_xid == xid &&
+		dlock_is_live(lease, dlock_mono_now());
 	LWLockRelease(lock);
+	if (waiting && by_lock_timeout)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("canceling statement due to lock timeout"),
+				 errdetail("The transaction granting the lease on \"%.*s\" did not end within lock_timeout (%d ms).",
+						   req->key.len, req->key.name, LockTimeout)));
+	if (waiting && fail_at_deadline)
+		grant_not_ended(req);
+	return !waiting;
 }
 
 /*
@@ -299,6 +431,10 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	bool		durable;
 	bool		clears;
 	bool		no_token;
+	bool		by_lock_timeout;
+
+	/* one deadline for the whole call, whatever it waits for */
+	int64		deadline = wait_deadline(timeout, dlock_mono_now(), &by_lock_timeout);
 
 	if (timeout == 0 && refused_at_a_glance(req))
 		return 0;
@@ -357,8 +493,10 @@ retry:
 			token = lease->token;
 			LWLockRelease(lock);
 			dlock_wake_all();
-			wait_for_grant(req, token, wait_xid);
-			goto retry;
+			if (wait_for_grant(req, token, wait_xid, deadline, by_lock_timeout, false))
+				goto retry;
+			dlock_xact_forget(op);
+			return 0;
 		}
 		/* it cannot end before our commit applies the new expiry */
 		if (!dlock_pin(lease))
@@ -403,10 +541,6 @@ retry:
 	}
 	else
 	{
-		int64		deadline = 0;
-		int64		wait = timeout;
-		bool		by_lock_timeout = false;
-
 		/* a waiter that may need an entry of its own counts it now */
 		bool		reserve = (head->permits != 0 || req->mode != DLOCK_EXCLUSIVE);
 		int			ahead;
@@ -420,16 +554,6 @@ retry:
 		}
 		if (reserve && !dlock_reserve(head))
 			goto full;
-		/* lock_timeout bounds this wait as it bounds any lock wait */
-		if (LockTimeout > 0 && (wait < 0 || (int64) LockTimeout * 1000 < wait))
-		{
-			wait = (int64) LockTimeout * 1000;
-			by_lock_timeout = true;
-		}
-		if (wait > 0 && !pg_add_s64_overflow(now, wait, &deadline))
-			deadline = Max(deadline, 1);
-		else
-			deadline = 0;
 		dlock_enqueue(head, &req->owner, req->roleid, req->ttl, deadline,
 					  req->mode, reserve, req->durable ? xid : InvalidTransactionId);
 		LWLockRelease(lock);
@@ -525,6 +649,8 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		bool		held = false;
 		Oid			other_role = InvalidOid;
 		TransactionId wait_xid = InvalidTransactionId;
+		int64		deadline = 0;
+		bool		by_lock_timeout = false;
 
 		LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
 		*now = dlock_mono_now();
@@ -545,6 +671,8 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				held_out->durable = lease->durable;
 				wait_xid = grant_in_progress(lease);
 				held = !TransactionIdIsValid(wait_xid);
+				if (!held)
+					deadline = lease_deadline(lease, *now, &by_lock_timeout);
 				if (held && pin && !dlock_pin(lease))
 				{
 					LWLockRelease(lock);
@@ -557,7 +685,7 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 
 		if (TransactionIdIsValid(wait_xid))
 		{
-			wait_for_grant(req, held_out->token, wait_xid);
+			wait_for_grant(req, held_out->token, wait_xid, deadline, by_lock_timeout, true);
 			continue;
 		}
 
@@ -641,6 +769,8 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		bool		complete;
 		TransactionId wait_xid = InvalidTransactionId;
 		uint64		wait_token = 0;
+		int64		deadline = 0;
+		bool		by_lock_timeout = false;
 
 		LWLockAcquire(lock, LW_SHARED);
 		head = dlock_find(&req->key, req->hash);
@@ -663,6 +793,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 				if (TransactionIdIsValid(wait_xid))
 				{
 					wait_token = lease->token;
+					deadline = lease_deadline(lease, now, &by_lock_timeout);
 					break;
 				}
 				memcpy(&found[nfound].owner, &lease->owner, sizeof(DLockOwner));
@@ -678,7 +809,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		pfree(found);
 		/* a lease still being granted, or more leases came: look again */
 		if (TransactionIdIsValid(wait_xid))
-			wait_for_grant(req, wait_token, wait_xid);
+			wait_for_grant(req, wait_token, wait_xid, deadline, by_lock_timeout, true);
 	}
 
 	for (int i = 0; i < nfound; i++)
@@ -726,6 +857,9 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		DLockEntry *each;
 		dlist_mutable_iter iter;
 		int64		now;
+		TransactionId wait_xid = InvalidTransactionId;
+		int64		deadline = 0;
+		bool		by_lock_timeout = false;
 
 		LWLockAcquire(lock, held ? LW_SHARED : LW_EXCLUSIVE);
 		now = dlock_mono_now();
@@ -753,6 +887,11 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else if (held)
 			result = DLOCK_FENCE_OK;
+		else if (TransactionIdIsValid(wait_xid = grant_in_progress(lease)))
+		{
+			/* a grant that may still be taken back: nobody pins it yet */
+			deadline = lease_deadline(lease, now, &by_lock_timeout);
+		}
 		else if (!dlock_pin(lease))
 		{
 			LWLockRelease(lock);
@@ -764,6 +903,11 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			result = DLOCK_FENCE_OK;
 		}
 		LWLockRelease(lock);
+		if (TransactionIdIsValid(wait_xid))
+		{
+			wait_for_grant(req, token, wait_xid, deadline, by_lock_timeout, true);
+			continue;
+		}
 		if (result != DLOCK_FENCE_ROLE || !has_privs_of_role(req->roleid, other_role))
 			return result;
 		member_of = other_role;

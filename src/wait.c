@@ -224,8 +224,12 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 							&no_token);
 		if (lease == NULL)
 		{
-			/* it reserves tokens itself, outside any lock, and looks again */
-			if (no_token && w->proc != MyProc)
+			/*
+			 * it reserves tokens itself, outside any lock, and looks again;
+			 * a head waiter settling the name itself too (its own latch), or
+			 * it would sleep on while the name is free
+			 */
+			if (no_token)
 				dlock_wake_later(w->proc);
 			break;				/* else not reserved and full: it waits on */
 		}
