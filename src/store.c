@@ -5,7 +5,7 @@
  *
  * Lease rows are written in the caller's transaction: a grant's insert and
  * a release's delete with the heap and index access methods (see
- * open_direct), the rest through SPI as the table's owner.  Writers of one row queue on its row lock, so its versions
+ * insert_direct), the rest through SPI as the table's owner.  Writers of one row queue on its row lock, so its versions
  * follow commit order; shared memory takes an expiry only from a newer
  * version (see xact.c).
  *
@@ -60,6 +60,7 @@
 #include "compat.h"
 #include "engine.h"
 #include "store.h"
+#include "table.h"
 #include "tokens.h"
 #include "wait.h"
 
@@ -137,15 +138,7 @@ dlock_db_shmem_init(void)
 	pfree(control);
 }
 
-/* ---------------------------------------------------------------------
- * The lease table of the current database, as this backend knows it
- * --------------------------------------------------------------------- */
-
-static Oid	lease_relid = InvalidOid;
-static Oid	lease_owner = InvalidOid;
-static Oid	plans_relid = InvalidOid;
-static char *lease_table = NULL;	/* qualified, quoted name */
-static char *floor_table = NULL;	/* dlock_token_floor, likewise */
+/* prepared statements, kept by table.c (dlock_table_keep_plan) */
 static SPIPlanPtr plan_write = NULL;
 static SPIPlanPtr plan_takeover = NULL;
 static SPIPlanPtr plan_delete = NULL;
@@ -156,190 +149,6 @@ static SPIPlanPtr plan_move = NULL;
 static SPIPlanPtr plan_clear = NULL;
 static SPIPlanPtr plan_clear_probe = NULL;
 static DbSlot *my_slot = NULL;
-
-/*
- * Invalidations of the lease table are counted, not acted on: they arrive
- * at any relation lock a call takes (its first row write, the token floor's
- * write, a plan's revalidation), often while it is half done.  A call keeps
- * the table it looked up at its start, as the executor keeps a relation it
- * opened (its OID is the table's for as long as the table exists); the next
- * call looks it up again, and the next direct row write checks its shape
- * again (direct_checked).
- */
-static uint64 lease_invals = 1;
-static uint64 lease_looked_up = 0;	/* lease_invals when last looked up */
-static uint64 direct_checked = 0;	/* lease_invals when its shape was
-									 * last checked */
-
-static void
-relcache_callback(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == lease_relid)
-		lease_invals++;
-}
-
-static void
-forget_plans(void)
-{
-	SPIPlanPtr *plans[] = {&plan_write, &plan_takeover, &plan_delete, &plan_update, &plan_floor,
-	&plan_sweep, &plan_move, &plan_clear, &plan_clear_probe};
-
-	for (size_t i = 0; i < lengthof(plans); i++)
-	{
-		if (*plans[i] != NULL)
-			SPI_freeplan(*plans[i]);
-		*plans[i] = NULL;
-	}
-}
-
-/* The extension's schema in this database; InvalidOid when not installed. */
-static Oid
-extension_schema(void)
-{
-	Oid			ext = get_extension_oid("dlock", true);
-	Oid			nsp = InvalidOid;
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tuple;
-
-	if (!OidIsValid(ext))
-		return InvalidOid;
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(ext));
-	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
-	tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple))
-		nsp = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return nsp;
-}
-
-/* Whether the extension is installed in this database (for the sweepers). */
-bool
-dlock_store_installed(void)
-{
-	return OidIsValid(extension_schema());
-}
-
-/* Finds the lease table in the extension's schema. */
-static void
-lookup_table(void)
-{
-	static bool callback_registered = false;
-	uint64		invals = lease_invals;
-	Oid			nsp;
-	Oid			relid;
-	HeapTuple	tuple;
-
-	if (lease_looked_up == invals)
-		return;
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(relcache_callback, (Datum) 0);
-		callback_registered = true;
-	}
-
-	nsp = extension_schema();
-	relid = OidIsValid(nsp) ? get_relname_relid("dlock_leases", nsp) : InvalidOid;
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dlock's lease table is missing from this database"),
-				 errhint("Drop and create the extension again.")));
-	/* invalidations of this table count from here on */
-	lease_relid = relid;
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	lease_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-
-	if (relid != plans_relid)
-	{
-		forget_plans();
-		if (lease_table != NULL)
-			pfree(lease_table);
-		if (floor_table != NULL)
-			pfree(floor_table);
-		lease_table = MemoryContextStrdup(TopMemoryContext,
-										  quote_qualified_identifier(get_namespace_name(nsp),
-																	 "dlock_leases"));
-		floor_table = MemoryContextStrdup(TopMemoryContext,
-										  quote_qualified_identifier(get_namespace_name(nsp),
-																	 "dlock_token_floor"));
-		plans_relid = relid;
-		direct_checked = 0;
-	}
-	lease_looked_up = invals;
-}
-
-static SPIPlanPtr
-prepare(const char *fmt, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan;
-
-	plan = SPI_prepare(psprintf(fmt, lease_table), nargs, argtypes);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(plan);
-	return plan;
-}
-
-/*
- * SPI work runs as the table's owner, so callers need no rights on it.  The
- * prepared statements of the lease operations name every table, operator and
- * function with its schema, so no object a caller created (a function or
- * operator in public or pg_temp) can be picked up with the owner's rights.
- * The few ad hoc queries (rebuild, sweep, listing) run with search_path
- * pinned instead (pin_path).
- */
-typedef struct AsOwner
-{
-	Oid			userid;
-	int			sec_context;
-	int			guc_level;		/* -1: search_path untouched */
-} AsOwner;
-
-static void
-check_writable(void)
-{
-	if (XactReadOnly)
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot change a durable dlock lease in a read-only transaction"),
-				 errhint("Use a read-write transaction, or SET dlock.durable = off for leases kept in memory only.")));
-}
-
-static void
-spi_begin(AsOwner *saved, bool write, bool pin_path)
-{
-	if (write)
-		check_writable();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
-	SetUserIdAndSecContext(lease_owner, saved->sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	saved->guc_level = -1;
-	if (pin_path)
-	{
-		saved->guc_level = NewGUCNestLevel();
-		(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	}
-}
-
-static void
-spi_end(AsOwner *saved)
-{
-	if (saved->guc_level >= 0)
-		AtEOXact_GUC(true, saved->guc_level);
-	SetUserIdAndSecContext(saved->userid, saved->sec_context);
-	SPI_finish();
-}
 
 /* Slots are freed when their database is dropped (database_dropped). */
 static DbSlot *
@@ -423,34 +232,6 @@ purge_database(Oid dbid)
 	}
 	dlock_unlock_all_partitions();
 	dlock_wake_all();
-}
-
-/*
- * Whether a row keeps the table's rules (see load_rows), as one boolean
- * column for the queries that read rows: the rebuild restores only rows
- * that do, the sweep deletes the others (no lease can have such a row), and
- * only theirs are fit for dlock_make_key.
- */
-static const char *
-row_valid_sql(void)
-{
-	static char *sql = NULL;
-
-	if (sql == NULL)
-		sql = MemoryContextStrdup(TopMemoryContext,
-								  psprintf("(token OPERATOR(pg_catalog.>) 0"
-										   " AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.>=) 1"
-										   " AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) %d"
-										   " AND pg_catalog.octet_length(owner) OPERATOR(pg_catalog.>=) 1"
-										   " AND pg_catalog.octet_length(owner) OPERATOR(pg_catalog.<=) %d"
-										   " AND pg_catalog.isfinite(expires_at)"
-										   " AND mode OPERATOR(pg_catalog.=) ANY ('{exclusive,shared}'::pg_catalog.text[])"
-										   " AND coalesce(permits OPERATOR(pg_catalog.>) 0, true)"
-										   " AND ttl OPERATOR(pg_catalog.>) '0'::pg_catalog.interval"
-										   " AND ttl OPERATOR(pg_catalog.<=) pg_catalog.make_interval(secs => %d))",
-										   DLOCK_NAME_MAX, DLOCK_OWNER_MAX,
-										   (int) (DLOCK_TTL_MAX / USECS_PER_SEC)));
-	return sql;
 }
 
 /* A restored name whose ended leases left rows: its next grant deletes them. */
@@ -568,7 +349,7 @@ load_rows(bool after_start)
 	int64		invalid = 0;
 	int64		restored = 0;
 
-	spi_begin(&saved, false, true);
+	dlock_table_spi_begin(&saved, false, true);
 
 	/*
 	 * Read what is committed now, not what the caller's snapshot saw: a
@@ -584,7 +365,7 @@ load_rows(bool after_start)
 	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
 									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
 									   " expires_at OPERATOR(pg_catalog.>) $1, %s, ttl"
-									   " FROM %s ORDER BY name, token DESC", row_valid_sql(), lease_table),
+									   " FROM %s ORDER BY name, token DESC", dlock_table_row_valid_sql(), dlock_lease_table),
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 
@@ -668,15 +449,15 @@ load_rows(bool after_start)
 		ereport(LOG,
 				(errmsg_plural("dlock restored " INT64_FORMAT " lease of %s, for its full ttl",
 							   "dlock restored " INT64_FORMAT " leases of %s, each for its full ttl",
-							   restored, restored, lease_table),
+							   restored, restored, dlock_lease_table),
 				 errdetail("Rows that expired before %s, when the server that wrote them was last known to be running, belong to leases that had ended.",
 						   timestamptz_to_str(since))));
 	if (stale > 0 || invalid > 0)
 		ereport(LOG,
 				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
-						stale, invalid, lease_table)));
+						stale, invalid, dlock_lease_table)));
 	/* tokens issued here before a pg_upgrade or restore: see dlock--1.0.sql */
-	if (SPI_execute(psprintf("SELECT pg_catalog.max(floor) FROM %s", floor_table),
+	if (SPI_execute(psprintf("SELECT pg_catalog.max(floor) FROM %s", dlock_floor_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock token floor");
 	{
@@ -695,7 +476,7 @@ load_rows(bool after_start)
 	}
 	SpinLockRelease(&dbs->mutex);
 	PopActiveSnapshot();
-	spi_end(&saved);
+	dlock_table_spi_end(&saved);
 	dlock_token_raise_floor(Max(max_token + 1, floor));
 	/* a sweeper moves the restored leases' rows to this clock */
 	if (after_start && restored > 0)
@@ -737,7 +518,8 @@ load_database(DbSlot *slot, Oid old_relid, Oid relid)
 void
 dlock_store_ensure_loaded(void)
 {
-	lookup_table();
+	Oid			lease_relid = dlock_table_lookup();
+
 	if (my_slot == NULL)
 	{
 		my_slot = claim_db_slot();
@@ -1037,7 +819,7 @@ dlock_store_note_token(uint64 token)
 	}
 	floor = dlock_token_reserved_end();
 	arg = Int64GetDatum((int64) floor);
-	spi_begin(&saved, true, false);
+	dlock_table_spi_begin(&saved, true, false);
 	if (plan_floor == NULL)
 	{
 		Oid			type = INT8OID;
@@ -1052,15 +834,15 @@ dlock_store_note_token(uint64 token)
 										  " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 										  "SELECT ctid FROM %1$s WHERE floor OPERATOR(pg_catalog.<) $1"
 										  " FOR UPDATE SKIP LOCKED)))"
-										  " INSERT INTO %1$s VALUES ($1)", floor_table),
+										  " INSERT INTO %1$s VALUES ($1)", dlock_floor_table),
 								 1, &type);
 		if (plan_floor == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan_floor);
+		dlock_table_keep_plan(&plan_floor);
 	}
 	if (SPI_execute_plan(plan_floor, &arg, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not raise the dlock token floor");
-	spi_end(&saved);
+	dlock_table_spi_end(&saved);
 	pending_floor = floor;
 	pending_level = GetCurrentTransactionNestLevel();
 }
@@ -1226,14 +1008,14 @@ dlock_store_sweep_rows(void)
 	my_slot->sweep_retry_at = dlock_mono_now() + SWEEP_RETRY;
 	SpinLockRelease(&dbs->mutex);
 
-	spi_begin(&saved, true, true);
+	dlock_table_spi_begin(&saved, true, true);
 	/* every row left before the mark is committed: read what is now */
 	PushActiveSnapshot(GetLatestSnapshot());
 	if (SPI_execute(psprintf("SELECT name, token, version, expires_at, %1$s FROM %2$s%3$s",
-							 row_valid_sql(), lease_table,
+							 dlock_table_row_valid_sql(), dlock_lease_table,
 							 all_rows ? "" :
 							 psprintf(" WHERE expires_at <= clock_timestamp() OR NOT %s",
-									  row_valid_sql())),
+									  dlock_table_row_valid_sql())),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	PopActiveSnapshot();
@@ -1284,7 +1066,7 @@ dlock_store_sweep_rows(void)
 			{
 				Oid			types[4] = {TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID};
 
-				plan_move = prepare("UPDATE %1$s SET expires_at = $4"
+				dlock_table_prepare(&plan_move, "UPDATE %1$s SET expires_at = $4"
 									" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 									"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
 									" AND token OPERATOR(pg_catalog.=) $2"
@@ -1302,11 +1084,11 @@ dlock_store_sweep_rows(void)
 		{
 			Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
 
-			plan_sweep = prepare("DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-								 "SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
-								 " AND token OPERATOR(pg_catalog.=) $2"
-								 " AND version OPERATOR(pg_catalog.=) $3"
-								 " FOR UPDATE SKIP LOCKED))", 3, types);
+			dlock_table_prepare(&plan_sweep, "DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+								"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
+								" AND token OPERATOR(pg_catalog.=) $2"
+								" AND version OPERATOR(pg_catalog.=) $3"
+								" FOR UPDATE SKIP LOCKED))", 3, types);
 		}
 		if (SPI_execute_plan(plan_sweep, args, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not delete a dlock lease row");
@@ -1316,14 +1098,14 @@ dlock_store_sweep_rows(void)
 		/* locked by someone (or changed): left for a later sweep */
 		clean &= (SPI_processed > 0);
 	}
-	spi_end(&saved);
+	dlock_table_spi_end(&saved);
 	/* a moved row is what the next rebuild trusts */
 	if (moved > 0)
 		promise_commit();
 	if (invalid > 0)
 		ereport(LOG,
 				(errmsg("dlock deleted " INT64_FORMAT " invalid lease rows of %s",
-						invalid, lease_table),
+						invalid, dlock_lease_table),
 				 errdetail("They break the table's rules, so no lease has them.")));
 	sweep_pending = true;
 	sweep_clean = clean;
@@ -1350,7 +1132,7 @@ ttl_datum(int64 ttl)
 /*
  * A grant's insert and a release's delete, the two row writes of every
  * durable cycle, bypass the executor while the table is as the extension
- * made it (lease_columns; heap; its primary key on (name, token) its only
+ * made it (lease_columns in table.c; heap; its primary key on (name, token) its only
  * index; no CHECK constraint, trigger, rule, row security, inheritance or
  * other replica identity): a heap insert or delete and the key's index
  * entry, as the executor makes them.  Executor start-up and teardown were a
@@ -1358,114 +1140,6 @@ ttl_datum(int64 ttl)
  * SPI, so its constraints, triggers and conversions apply as to any INSERT
  * or DELETE.
  */
-#define ATT_NAME	1
-#define ATT_TOKEN	4
-#define LEASE_NATTS 10
-
-typedef struct LeaseColumn
-{
-	const char *name;
-	Oid			type;
-	bool		notnull;
-} LeaseColumn;
-
-/* the columns of dlock--1.0.sql, in the order heap_form_tuple fills them */
-static const LeaseColumn lease_columns[LEASE_NATTS] = {
-	{"name", TEXTOID, true},
-	{"owner", TEXTOID, true},
-	{"role", OIDOID, true},
-	{"token", INT8OID, true},
-	{"granted_at", TIMESTAMPTZOID, true},
-	{"expires_at", TIMESTAMPTZOID, true},
-	{"ttl", INTERVALOID, true},
-	{"version", INT8OID, true},
-	{"mode", TEXTOID, true},
-	{"permits", INT4OID, false}
-};
-
-/* what open_direct found when it last checked (direct_checked) */
-static bool direct_fit = false;
-
-/* Whether the open lease table is as the extension made it. */
-static bool
-lease_table_fits(Relation rel)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	List	   *indexes;
-	Relation	key;
-	bool		fit;
-
-	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-		rel->rd_rel->relreplident != REPLICA_IDENTITY_DEFAULT ||
-		rel->rd_rel->relhassubclass || rel->rd_rel->relispartition ||
-		rel->trigdesc != NULL || rel->rd_rules != NULL ||
-		rel->rd_rel->relrowsecurity ||
-		desc->natts != LEASE_NATTS ||
-		(desc->constr != NULL && desc->constr->num_check > 0))
-		return false;
-	for (int i = 0; i < LEASE_NATTS; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-		const LeaseColumn *col = &lease_columns[i];
-
-		if (att->attisdropped || att->attgenerated != '\0' ||
-			att->atttypid != col->type || att->atttypmod != -1 ||
-			att->attcollation != (col->type == TEXTOID ? DEFAULT_COLLATION_OID : InvalidOid) ||
-			att->attnotnull != col->notnull ||
-			strcmp(NameStr(att->attname), col->name) != 0)
-			return false;
-	}
-
-	indexes = RelationGetIndexList(rel);
-	fit = list_length(indexes) == 1 && linitial_oid(indexes) == rel->rd_pkindex;
-	list_free(indexes);
-	if (!fit)
-		return false;
-	key = index_open(rel->rd_pkindex, RowExclusiveLock);
-	fit = key->rd_rel->relam == BTREE_AM_OID &&
-		key->rd_index->indnatts == 2 &&
-		key->rd_index->indkey.values[0] == ATT_NAME &&
-		key->rd_index->indkey.values[1] == ATT_TOKEN &&
-		key->rd_opfamily[0] == TEXT_BTREE_FAM_OID &&
-		key->rd_opfamily[1] == INTEGER_BTREE_FAM_OID &&
-		key->rd_indcollation[0] == DEFAULT_COLLATION_OID &&
-		key->rd_index->indimmediate &&
-		RelationGetIndexExpressions(key) == NIL &&
-		RelationGetIndexPredicate(key) == NIL;
-	index_close(key, NoLock);
-	return fit;
-}
-
-/*
- * Opens the lease table if rows can be written directly (the key is then
- * rel->rd_pkindex); else returns NULL.  The locks are kept to the end of
- * the transaction, as the executor keeps them.  The shape is checked again
- * only after an invalidation of the table, which any change to it sends
- * (opening it reads those that came).
- */
-static Relation
-open_direct(void)
-{
-	Relation	rel = try_table_open(lease_relid, RowExclusiveLock);
-
-	if (rel == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dlock's lease table was dropped while this call was running")));
-	if (direct_checked != lease_invals)
-	{
-		uint64		invals = lease_invals;
-
-		direct_fit = lease_table_fits(rel);
-		direct_checked = invals;
-	}
-	if (!direct_fit)
-	{
-		table_close(rel, NoLock);
-		return NULL;
-	}
-	return rel;
-}
 
 /*
  * Where this backend last inserted rows: a release by the session that took
@@ -1493,7 +1167,7 @@ insert_direct(Datum *values, bool *nulls)
 	HeapTuple	tuple;
 	IndexInfo  *info;
 
-	rel = open_direct();
+	rel = dlock_table_open_direct();
 	if (rel == NULL)
 		return false;
 	index = index_open(rel->rd_pkindex, RowExclusiveLock);
@@ -1567,7 +1241,7 @@ delete_direct(Datum name, Datum token)
 	Relation	index = NULL;
 	Relation	rel;
 
-	rel = open_direct();
+	rel = dlock_table_open_direct();
 	if (rel == NULL)
 		return false;
 	/* as a DELETE: a publication of deletes must be able to name the row */
@@ -1654,7 +1328,7 @@ execute(SPIPlanPtr plan, Datum *args, const char *nulls, long tcount)
 TransactionId
 dlock_store_xid(void)
 {
-	check_writable();
+	dlock_table_check_writable();
 	return GetTopTransactionId();
 }
 
@@ -1671,7 +1345,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 	AsOwner		saved;
 	Datum		args[10];
 
-	check_writable();
+	dlock_table_check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = PointerGetDatum(cstring_to_text_with_len(row->owner.str, row->owner.len));
 	args[2] = ObjectIdGetDatum(row->roleid);
@@ -1695,7 +1369,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 			return;
 	}
 
-	spi_begin(&saved, true, false);
+	dlock_table_spi_begin(&saved, true, false);
 	if (plan_write == NULL)
 	{
 		Oid			types[10] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
@@ -1704,20 +1378,20 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 		" (name, owner, role, token, granted_at, expires_at, ttl, version, mode, permits)"
 		" VALUES ($1, $2, $3, $4, $5, $6, $10, $9, $7, $8)";
 
-		plan_write = prepare(insert, 10, types);
-		plan_takeover = prepare(psprintf("WITH older AS (DELETE FROM %%1$s"
-										 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-										 "SELECT ctid FROM %%1$s"
-										 " WHERE name OPERATOR(pg_catalog.=) $1"
-										 " AND token OPERATOR(pg_catalog.<) $4"
-										 " FOR UPDATE SKIP LOCKED)))%s", insert),
-								10, types);
+		dlock_table_prepare(&plan_write, insert, 10, types);
+		dlock_table_prepare(&plan_takeover, psprintf("WITH older AS (DELETE FROM %%1$s"
+													 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+													 "SELECT ctid FROM %%1$s"
+													 " WHERE name OPERATOR(pg_catalog.=) $1"
+													 " AND token OPERATOR(pg_catalog.<) $4"
+													 " FOR UPDATE SKIP LOCKED)))%s", insert),
+							10, types);
 	}
 	if (execute(row->takeover ? plan_takeover : plan_write, args,
 				row->permits == 0 ? "       n  " : NULL, 0) != SPI_OK_INSERT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
-	spi_end(&saved);
+	dlock_table_spi_end(&saved);
 }
 
 /*
@@ -1735,16 +1409,16 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	Datum		args[4];
 	int64		version = 0;
 
-	spi_begin(&saved, true, false);
+	dlock_table_spi_begin(&saved, true, false);
 	if (plan_update == NULL)
 	{
 		Oid			types[4] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID};
 
-		plan_update = prepare("UPDATE %s SET expires_at = $3, ttl = $4,"
-							  " version = version OPERATOR(pg_catalog.+) 1"
-							  " WHERE name OPERATOR(pg_catalog.=) $1"
-							  " AND token OPERATOR(pg_catalog.=) $2"
-							  " RETURNING version", 4, types);
+		dlock_table_prepare(&plan_update, "UPDATE %s SET expires_at = $3, ttl = $4,"
+							" version = version OPERATOR(pg_catalog.+) 1"
+							" WHERE name OPERATOR(pg_catalog.=) $1"
+							" AND token OPERATOR(pg_catalog.=) $2"
+							" RETURNING version", 4, types);
 	}
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
@@ -1759,7 +1433,7 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 		version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	spi_end(&saved);
+	dlock_table_spi_end(&saved);
 	if (version != 0)
 		promise_commit();
 	return version;
@@ -1867,23 +1541,23 @@ dlock_store_delete(const DLockKey *key, uint64 token)
 	bool		direct;
 
 	register_commit_callback();
-	check_writable();
+	dlock_table_check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
 	direct = delete_direct(args[0], args[1]);
 	if (!direct)
 	{
-		spi_begin(&saved, true, false);
+		dlock_table_spi_begin(&saved, true, false);
 		if (plan_delete == NULL)
 		{
 			Oid			types[2] = {TEXTOID, INT8OID};
 
-			plan_delete = prepare("DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
-								  " AND token OPERATOR(pg_catalog.=) $2", 2, types);
+			dlock_table_prepare(&plan_delete, "DELETE FROM %s WHERE name OPERATOR(pg_catalog.=) $1"
+								" AND token OPERATOR(pg_catalog.=) $2", 2, types);
 		}
 		if (execute(plan_delete, args, NULL, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not delete a dlock lease row");
-		spi_end(&saved);
+		dlock_table_spi_end(&saved);
 	}
 	/* through SQL, an owner's trigger may have written more than the row */
 	if (direct &&
@@ -1956,7 +1630,7 @@ dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token)
 	args[1] = Int64GetDatum((int64) token);
 	args[2] = PointerGetDatum(construct_array(keep, nkeep, INT8OID, sizeof(int64),
 											  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	spi_begin(&saved, false, false);
+	dlock_table_spi_begin(&saved, false, false);
 	if (plan_clear == NULL)
 	{
 		Oid			types[3] = {TEXTOID, INT8OID, INT8ARRAYOID};
@@ -1964,8 +1638,8 @@ dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token)
 		" AND token OPERATOR(pg_catalog.<) $2"
 		" AND token OPERATOR(pg_catalog.<>) ALL ($3)";
 
-		plan_clear = prepare(psprintf("DELETE%s", rows), 3, types);
-		plan_clear_probe = prepare(psprintf("SELECT 1%s", rows), 3, types);
+		dlock_table_prepare(&plan_clear, psprintf("DELETE%s", rows), 3, types);
+		dlock_table_prepare(&plan_clear_probe, psprintf("SELECT 1%s", rows), 3, types);
 	}
 	if (read_only)
 	{
@@ -1980,7 +1654,7 @@ dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token)
 		if (SPI_processed > 0)
 			promise_commit();
 	}
-	spi_end(&saved);
+	dlock_table_spi_end(&saved);
 	if (found)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
@@ -1995,14 +1669,14 @@ dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
 {
 	AsOwner		saved;
 
-	lookup_table();
-	spi_begin(&saved, false, true);
+	(void) dlock_table_lookup();
+	dlock_table_spi_begin(&saved, false, true);
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
 							 " NULL::int, 0, version, true, mode, permits FROM %s"
-							 " WHERE expires_at > clock_timestamp()", lease_table),
+							 " WHERE expires_at > clock_timestamp()", dlock_lease_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	for (uint64 i = 0; i < SPI_processed; i++)
 		tuplestore_puttuple(tupstore, SPI_tuptable->vals[i]);
-	spi_end(&saved);
+	dlock_table_spi_end(&saved);
 }
