@@ -58,85 +58,12 @@
 
 #include "args.h"
 #include "compat.h"
+#include "dbslots.h"
 #include "engine.h"
 #include "store.h"
 #include "table.h"
 #include "tokens.h"
 #include "wait.h"
-
-/* ---------------------------------------------------------------------
- * Per-database load state
- * --------------------------------------------------------------------- */
-
-typedef enum DbState
-{
-	DB_NOT_LOADED,
-	DB_LOADING,
-	DB_LOADED
-} DbState;
-
-typedef struct DbSlot
-{
-	Oid			dbid;			/* InvalidOid: free slot */
-	Oid			relid;			/* lease table the state was loaded from;
-								 * InvalidOid: not loaded since the start */
-	DbState		state;
-	int			loader_pid;
-	pg_atomic_uint64 token_floor;	/* what its dlock_token_floor says, as
-									 * last read or committed */
-	bool		stale_expiries; /* rows of restored leases may still hold the
-								 * old server's expiry */
-	uint32		restores;		/* times stale_expiries was set */
-	int64		sweep_retry_at; /* monotonic clock: the worker sends no
-								 * sweeper before, as the last sweep failed or
-								 * left rows (0: none) */
-	bool		loaded;			/* loaded once since the server started (a
-								 * dropped and re-created extension keeps it) */
-} DbSlot;
-
-typedef struct DbSlots
-{
-	slock_t		mutex;
-	ConditionVariable cv;		/* broadcast when a load ends */
-	TimestampTz checkpoint_time;	/* of the checkpoint the server started
-									 * from; 0 if unknown */
-	DbSlot		slots[DLOCK_MAX_DATABASES];
-} DbSlots;
-
-static DbSlots *dbs = NULL;
-
-Size
-dlock_db_shmem_size(void)
-{
-	return MAXALIGN(sizeof(DbSlots));
-}
-
-/*
- * Every process that attaches; the caller holds AddinShmemInitLock.  The
- * first is the postmaster, before recovery: pg_control still holds the last
- * checkpoint of the server that ran before (crash recovery then writes a
- * checkpoint of its own, in the new clock).
- */
-void
-dlock_db_shmem_init(void)
-{
-	ControlFileData *control;
-	bool		crc_ok;
-	bool		found;
-
-	dbs = ShmemInitStruct("dlock databases", dlock_db_shmem_size(), &found);
-	if (found)
-		return;
-	memset(dbs, 0, sizeof(DbSlots));
-	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
-		pg_atomic_init_u64(&dbs->slots[i].token_floor, 0);
-	SpinLockInit(&dbs->mutex);
-	ConditionVariableInit(&dbs->cv);
-	control = get_controlfile(DataDir, &crc_ok);
-	if (crc_ok)
-		dbs->checkpoint_time = time_t_to_timestamptz(control->checkPointCopy.time);
-	pfree(control);
-}
 
 /* prepared statements, kept by table.c (dlock_table_keep_plan) */
 static SPIPlanPtr plan_write = NULL;
@@ -148,91 +75,6 @@ static SPIPlanPtr plan_floor = NULL;
 static SPIPlanPtr plan_move = NULL;
 static SPIPlanPtr plan_clear = NULL;
 static SPIPlanPtr plan_clear_probe = NULL;
-static DbSlot *my_slot = NULL;
-
-/* Slots are freed when their database is dropped (database_dropped). */
-static DbSlot *
-claim_db_slot(void)
-{
-	DbSlot	   *free_slot = NULL;
-
-	SpinLockAcquire(&dbs->mutex);
-	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
-	{
-		DbSlot	   *s = &dbs->slots[i];
-
-		if (s->dbid == MyDatabaseId)
-		{
-			SpinLockRelease(&dbs->mutex);
-			return s;
-		}
-		if (s->dbid == InvalidOid && free_slot == NULL)
-			free_slot = s;
-	}
-	if (free_slot != NULL)
-	{
-		free_slot->dbid = MyDatabaseId;
-		free_slot->relid = InvalidOid;
-		free_slot->loaded = false;
-		dlock_dead_rows_clear(free_slot - dbs->slots);
-		free_slot->stale_expiries = false;
-		free_slot->restores = 0;
-		free_slot->sweep_retry_at = 0;
-		pg_atomic_write_u64(&free_slot->token_floor, 0);
-		free_slot->state = DB_NOT_LOADED;
-		SpinLockRelease(&dbs->mutex);
-		return free_slot;
-	}
-	SpinLockRelease(&dbs->mutex);
-	ereport(ERROR,
-			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg("dlock is in use in too many databases"),
-			 errdetail("At most %d databases of a cluster can use dlock at once.",
-					   DLOCK_MAX_DATABASES)));
-	return NULL;				/* keep compiler quiet */
-}
-
-/*
- * Drops a database's leases and waits from shared memory: its lease table
- * was dropped or replaced, or the database itself.  Their rows went with
- * the table, so the ended leases leave nothing to sweep.  Further leases go
- * first, so each pass removes only the entry it is looking at.
- */
-static void
-purge_database(Oid dbid)
-{
-	HASH_SEQ_STATUS status;
-	DLockEntry *entry;
-
-	dlock_wake_init();
-	dlock_lock_all_partitions(LW_EXCLUSIVE);
-	dlock_end_waits(dbid);
-	dlock_scan_begin(&status);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		if (entry->key.dbid == dbid && !dlock_is_head(entry))
-		{
-			entry->version = 0;
-			entry->clear_rows = false;
-			dlock_end_lease(entry);
-		}
-	}
-	dlock_scan_begin(&status);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		if (entry->key.dbid != dbid)
-			continue;
-		if (entry->token != 0)
-		{
-			entry->version = 0;
-			entry->clear_rows = false;
-			dlock_end_lease(entry);
-		}
-		dlock_drop_if_unused(entry);
-	}
-	dlock_unlock_all_partitions();
-	dlock_wake_all();
-}
 
 /* A restored name whose ended leases left rows: its next grant deletes them. */
 static void
@@ -358,7 +200,7 @@ load_rows(bool after_start)
 	 */
 	PushActiveSnapshot(GetLatestSnapshot());
 	if (after_start)
-		since = Max(GetLatestXTime(), dbs->checkpoint_time);
+		since = Max(GetLatestXTime(), dlock_dbs->checkpoint_time);
 	if (since == 0)
 		since = GetCurrentTimestamp();
 	args[0] = TimestampTzGetDatum(since);
@@ -466,15 +308,15 @@ load_rows(bool after_start)
 
 		floor = isnull ? 0 : (uint64) Max(DatumGetInt64(d), 0);
 	}
-	SpinLockAcquire(&dbs->mutex);
-	dlock_dead_rows_add(my_slot - dbs->slots, (uint32) Min(dead + stale + invalid, INT_MAX / 2));
-	pg_atomic_write_u64(&my_slot->token_floor, floor);
+	SpinLockAcquire(&dlock_dbs->mutex);
+	dlock_dead_rows_add(dlock_my_slot - dlock_dbs->slots, (uint32) Min(dead + stale + invalid, INT_MAX / 2));
+	pg_atomic_write_u64(&dlock_my_slot->token_floor, floor);
 	if (after_start && restored > 0)
 	{
-		my_slot->stale_expiries = true;
-		my_slot->restores++;
+		dlock_my_slot->stale_expiries = true;
+		dlock_my_slot->restores++;
 	}
-	SpinLockRelease(&dbs->mutex);
+	SpinLockRelease(&dlock_dbs->mutex);
 	PopActiveSnapshot();
 	dlock_table_spi_end(&saved);
 	dlock_token_raise_floor(Max(max_token + 1, floor));
@@ -489,25 +331,25 @@ load_database(DbSlot *slot, Oid old_relid, Oid relid)
 	PG_TRY();
 	{
 		if (OidIsValid(old_relid) && old_relid != relid)
-			purge_database(MyDatabaseId);
+			dlock_db_purge(MyDatabaseId);
 		load_rows(!slot->loaded);
 	}
 	PG_CATCH();
 	{
-		SpinLockAcquire(&dbs->mutex);
+		SpinLockAcquire(&dlock_dbs->mutex);
 		slot->state = DB_NOT_LOADED;
-		SpinLockRelease(&dbs->mutex);
-		ConditionVariableBroadcast(&dbs->cv);
+		SpinLockRelease(&dlock_dbs->mutex);
+		ConditionVariableBroadcast(&dlock_dbs->cv);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	SpinLockAcquire(&dbs->mutex);
+	SpinLockAcquire(&dlock_dbs->mutex);
 	slot->state = DB_LOADED;
 	slot->relid = relid;
 	slot->loaded = true;
-	SpinLockRelease(&dbs->mutex);
-	ConditionVariableBroadcast(&dbs->cv);
+	SpinLockRelease(&dlock_dbs->mutex);
+	ConditionVariableBroadcast(&dlock_dbs->cv);
 }
 
 /*
@@ -520,13 +362,13 @@ dlock_store_ensure_loaded(void)
 {
 	Oid			lease_relid = dlock_table_lookup();
 
-	if (my_slot == NULL)
+	if (dlock_my_slot == NULL)
 	{
-		my_slot = claim_db_slot();
+		dlock_my_slot = dlock_db_claim_slot();
 		/* the engine counts this database's entries and rows by it */
-		dlock_engine_set_db(my_slot - dbs->slots);
+		dlock_engine_set_db(dlock_my_slot - dlock_dbs->slots);
 	}
-	if (my_slot->state == DB_LOADED && my_slot->relid == lease_relid)
+	if (dlock_my_slot->state == DB_LOADED && dlock_my_slot->relid == lease_relid)
 		return;
 
 	for (;;)
@@ -535,222 +377,41 @@ dlock_store_ensure_loaded(void)
 		int			loader = 0;
 		Oid			old_relid = InvalidOid;
 
-		SpinLockAcquire(&dbs->mutex);
-		if (my_slot->state == DB_LOADED && my_slot->relid == lease_relid)
+		SpinLockAcquire(&dlock_dbs->mutex);
+		if (dlock_my_slot->state == DB_LOADED && dlock_my_slot->relid == lease_relid)
 		{
-			SpinLockRelease(&dbs->mutex);
+			SpinLockRelease(&dlock_dbs->mutex);
 			break;
 		}
-		if (my_slot->state == DB_LOADING)
-			loader = my_slot->loader_pid;
+		if (dlock_my_slot->state == DB_LOADING)
+			loader = dlock_my_slot->loader_pid;
 		else
 		{
 			/* relid changes only once loaded: a failed load is redone whole */
-			old_relid = my_slot->relid;
-			my_slot->state = DB_LOADING;
-			my_slot->loader_pid = MyProcPid;
+			old_relid = dlock_my_slot->relid;
+			dlock_my_slot->state = DB_LOADING;
+			dlock_my_slot->loader_pid = MyProcPid;
 			claimed = true;
 		}
-		SpinLockRelease(&dbs->mutex);
+		SpinLockRelease(&dlock_dbs->mutex);
 
 		if (claimed)
 		{
-			load_database(my_slot, old_relid, lease_relid);
+			load_database(dlock_my_slot, old_relid, lease_relid);
 			break;
 		}
 		if (BackendPidGetProc(loader) == NULL)
 		{
 			/* the loader died mid-way: let someone start over */
-			SpinLockAcquire(&dbs->mutex);
-			if (my_slot->state == DB_LOADING && my_slot->loader_pid == loader)
-				my_slot->state = DB_NOT_LOADED;
-			SpinLockRelease(&dbs->mutex);
+			SpinLockAcquire(&dlock_dbs->mutex);
+			if (dlock_my_slot->state == DB_LOADING && dlock_my_slot->loader_pid == loader)
+				dlock_my_slot->state = DB_NOT_LOADED;
+			SpinLockRelease(&dlock_dbs->mutex);
 			continue;
 		}
-		(void) ConditionVariableTimedSleep(&dbs->cv, 100, PG_WAIT_EXTENSION);
+		(void) ConditionVariableTimedSleep(&dlock_dbs->cv, 100, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
-}
-
-/* ---------------------------------------------------------------------
- * Dropped databases and extensions
- *
- * When a drop of a database, or of the extension in one, commits, the
- * backend that made it drops that database's leases and waits from shared
- * memory at once.  Left there, they would take entries until they expired,
- * keep waiters waiting on names nobody serves, and, as they expired, send
- * sweepers again and again to a database with no table to sweep.  The
- * object access hook sees every drop, from any backend and by any command
- * (DROP DATABASE, with FORCE or not; DROP EXTENSION; DROP SCHEMA ...
- * CASCADE).
- * --------------------------------------------------------------------- */
-
-static object_access_hook_type prev_object_access_hook = NULL;
-static Oid	dropped_db = InvalidOid;	/* by DROP DATABASE, in this
-										 * transaction */
-static bool dropped_ext = false;	/* dlock's extension, in this transaction */
-static Oid	kept_relid = InvalidOid;	/* see kept_lease_table() */
-
-/* The caller holds the slots' mutex. */
-static DbSlot *
-find_db_slot(Oid dbid)
-{
-	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
-	{
-		if (dbs->slots[i].dbid == dbid)
-			return &dbs->slots[i];
-	}
-	return NULL;
-}
-
-/*
- * A dropped database has no backends left (DROP DATABASE refuses them, or
- * with FORCE ends them first), so its slot is ours to empty and free.
- */
-static void
-database_dropped(Oid dbid)
-{
-	DbSlot	   *slot;
-
-	SpinLockAcquire(&dbs->mutex);
-	slot = find_db_slot(dbid);
-	SpinLockRelease(&dbs->mutex);
-	if (slot == NULL)
-		return;
-	purge_database(dbid);
-	SpinLockAcquire(&dbs->mutex);
-	slot->relid = InvalidOid;
-	slot->state = DB_NOT_LOADED;
-	dlock_dead_rows_clear(slot - dbs->slots);
-	slot->dbid = InvalidOid;
-	SpinLockRelease(&dbs->mutex);
-}
-
-/*
- * The extension was dropped in this database, and kept is the lease table
- * that remains of those its leases were loaded from (InvalidOid: none).
- * Leases loaded from a table that is gone are dropped, unless a load is
- * under way (a load of a new table drops them itself).  The slot is marked
- * as loading meanwhile, so a call in a re-created extension waits for the
- * purge before it loads.
- */
-static void
-extension_dropped(Oid kept)
-{
-	DbSlot	   *slot;
-
-	SpinLockAcquire(&dbs->mutex);
-	slot = find_db_slot(MyDatabaseId);
-	if (slot != NULL && OidIsValid(slot->relid) && slot->relid != kept &&
-		slot->state != DB_LOADING)
-	{
-		slot->state = DB_LOADING;
-		slot->loader_pid = MyProcPid;
-		slot->relid = InvalidOid;
-	}
-	else
-		slot = NULL;
-	SpinLockRelease(&dbs->mutex);
-	if (slot == NULL)
-		return;
-	purge_database(MyDatabaseId);
-	SpinLockAcquire(&dbs->mutex);
-	slot->state = DB_NOT_LOADED;
-	dlock_dead_rows_clear(slot - dbs->slots);
-	SpinLockRelease(&dbs->mutex);
-	ConditionVariableBroadcast(&dbs->cv);
-}
-
-/*
- * The table this database's leases were loaded from, if it still exists:
- * the drop was undone by ROLLBACK TO SAVEPOINT, or the leases were loaded
- * again from a re-created extension's table.
- */
-static Oid
-kept_lease_table(void)
-{
-	DbSlot	   *slot;
-	Oid			relid = InvalidOid;
-
-	SpinLockAcquire(&dbs->mutex);
-	slot = find_db_slot(MyDatabaseId);
-	if (slot != NULL)
-		relid = slot->relid;
-	SpinLockRelease(&dbs->mutex);
-	if (OidIsValid(relid) && SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
-		return relid;
-	return InvalidOid;
-}
-
-static void
-drop_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-			if (dropped_ext)
-				kept_relid = kept_lease_table();
-			break;
-		case XACT_EVENT_PRE_PREPARE:
-			if (dropped_ext)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that dropped extension dlock")));
-			break;
-		case XACT_EVENT_COMMIT:
-			if (OidIsValid(dropped_db))
-				database_dropped(dropped_db);
-			if (dropped_ext)
-				extension_dropped(kept_relid);
-			dropped_db = InvalidOid;
-			dropped_ext = false;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-			dropped_db = InvalidOid;
-			dropped_ext = false;
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-drop_hook(ObjectAccessType access, Oid classId, Oid objectId, int subId,
-		  void *arg)
-{
-	static bool registered = false;
-
-	if (prev_object_access_hook)
-		prev_object_access_hook(access, classId, objectId, subId, arg);
-	if (access != OAT_DROP)
-		return;
-	if (classId == DatabaseRelationId)
-		dropped_db = objectId;
-	else if (classId == ExtensionRelationId)
-	{
-		char	   *name = get_extension_name(objectId);
-
-		if (name == NULL || strcmp(name, "dlock") != 0)
-			return;
-		dropped_ext = true;
-	}
-	else
-		return;
-	if (!registered)
-	{
-		RegisterXactCallback(drop_xact_callback, NULL);
-		registered = true;
-	}
-	/* the commit callback must not fail, so it must not allocate */
-	dlock_wake_init();
-}
-
-void
-dlock_store_hook_drops(void)
-{
-	prev_object_access_hook = object_access_hook;
-	object_access_hook = drop_hook;
 }
 
 /* ---------------------------------------------------------------------
@@ -768,10 +429,10 @@ floor_xact_callback(XactEvent event, void *arg)
 		return;
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 	{
-		SpinLockAcquire(&dbs->mutex);
-		if (pg_atomic_read_u64(&my_slot->token_floor) < pending_floor)
-			pg_atomic_write_u64(&my_slot->token_floor, pending_floor);
-		SpinLockRelease(&dbs->mutex);
+		SpinLockAcquire(&dlock_dbs->mutex);
+		if (pg_atomic_read_u64(&dlock_my_slot->token_floor) < pending_floor)
+			pg_atomic_write_u64(&dlock_my_slot->token_floor, pending_floor);
+		SpinLockRelease(&dlock_dbs->mutex);
 	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
@@ -808,7 +469,7 @@ dlock_store_note_token(uint64 token)
 	uint64		floor;
 
 	/* every grant asks: a read, no lock (writers hold the mutex) */
-	floor = pg_atomic_read_u64(&my_slot->token_floor);
+	floor = pg_atomic_read_u64(&dlock_my_slot->token_floor);
 	if (token < floor || token < pending_floor || XactReadOnly || RecoveryInProgress())
 		return;
 	if (!registered)
@@ -860,11 +521,11 @@ dlock_store_forget_dead_rows(void)
 {
 	DbSlot	   *slot;
 
-	SpinLockAcquire(&dbs->mutex);
-	slot = find_db_slot(MyDatabaseId);
+	SpinLockAcquire(&dlock_dbs->mutex);
+	slot = dlock_db_find_slot(MyDatabaseId);
 	if (slot != NULL)
-		dlock_dead_rows_clear(slot - dbs->slots);
-	SpinLockRelease(&dbs->mutex);
+		dlock_dead_rows_clear(slot - dlock_dbs->slots);
+	SpinLockRelease(&dlock_dbs->mutex);
 }
 
 /*
@@ -881,10 +542,10 @@ dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at)
 	int64		now = dlock_mono_now();
 
 	*retry_at = 0;
-	SpinLockAcquire(&dbs->mutex);
+	SpinLockAcquire(&dlock_dbs->mutex);
 	for (int i = 0; i < DLOCK_MAX_DATABASES && n < max; i++)
 	{
-		DbSlot	   *slot = &dbs->slots[i];
+		DbSlot	   *slot = &dlock_dbs->slots[i];
 
 		if (slot->dbid == InvalidOid ||
 			(dlock_dead_rows(i) == 0 && !slot->stale_expiries))
@@ -897,7 +558,7 @@ dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at)
 		}
 		dbids[n++] = slot->dbid;
 	}
-	SpinLockRelease(&dbs->mutex);
+	SpinLockRelease(&dlock_dbs->mutex);
 	return n;
 }
 
@@ -930,12 +591,12 @@ sweep_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (sweep_clean)
 			{
-				SpinLockAcquire(&dbs->mutex);
-				dlock_dead_rows_swept(my_slot - dbs->slots, sweep_dead_mark);
-				if (sweep_all_rows && my_slot->restores == sweep_restores)
-					my_slot->stale_expiries = false;
-				my_slot->sweep_retry_at = 0;
-				SpinLockRelease(&dbs->mutex);
+				SpinLockAcquire(&dlock_dbs->mutex);
+				dlock_dead_rows_swept(dlock_my_slot - dlock_dbs->slots, sweep_dead_mark);
+				if (sweep_all_rows && dlock_my_slot->restores == sweep_restores)
+					dlock_my_slot->stale_expiries = false;
+				dlock_my_slot->sweep_retry_at = 0;
+				SpinLockRelease(&dlock_dbs->mutex);
 			}
 			sweep_pending = false;
 			break;
@@ -1001,12 +662,12 @@ dlock_store_sweep_rows(void)
 	}
 
 	/* cleared at commit, if this sweep gets every row (see sweep_pending) */
-	SpinLockAcquire(&dbs->mutex);
-	dead_mark = dlock_dead_rows_mark(my_slot - dbs->slots);
-	all_rows = my_slot->stale_expiries;
-	restores = my_slot->restores;
-	my_slot->sweep_retry_at = dlock_mono_now() + SWEEP_RETRY;
-	SpinLockRelease(&dbs->mutex);
+	SpinLockAcquire(&dlock_dbs->mutex);
+	dead_mark = dlock_dead_rows_mark(dlock_my_slot - dlock_dbs->slots);
+	all_rows = dlock_my_slot->stale_expiries;
+	restores = dlock_my_slot->restores;
+	dlock_my_slot->sweep_retry_at = dlock_mono_now() + SWEEP_RETRY;
+	SpinLockRelease(&dlock_dbs->mutex);
 
 	dlock_table_spi_begin(&saved, true, true);
 	/* every row left before the mark is committed: read what is now */
