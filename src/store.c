@@ -60,6 +60,7 @@
 #include "compat.h"
 #include "dbslots.h"
 #include "engine.h"
+#include "floor.h"
 #include "rows.h"
 #include "store.h"
 #include "table.h"
@@ -68,7 +69,6 @@
 
 /* prepared statements, kept by table.c (dlock_table_keep_plan) */
 static SPIPlanPtr plan_sweep = NULL;
-static SPIPlanPtr plan_floor = NULL;
 static SPIPlanPtr plan_move = NULL;
 
 /* A restored name whose ended leases left rows: its next grant deletes them. */
@@ -293,16 +293,7 @@ load_rows(bool after_start)
 		ereport(LOG,
 				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
 						stale, invalid, dlock_lease_table)));
-	/* tokens issued here before a pg_upgrade or restore: see dlock--1.0.sql */
-	if (SPI_execute(psprintf("SELECT pg_catalog.max(floor) FROM %s", dlock_floor_table),
-					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the dlock token floor");
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		floor = isnull ? 0 : (uint64) Max(DatumGetInt64(d), 0);
-	}
+	floor = dlock_floor_read();
 	SpinLockAcquire(&dlock_dbs->mutex);
 	dlock_dead_rows_add(dlock_my_slot - dlock_dbs->slots, (uint32) Min(dead + stale + invalid, INT_MAX / 2));
 	pg_atomic_write_u64(&dlock_my_slot->token_floor, floor);
@@ -407,100 +398,6 @@ dlock_store_ensure_loaded(void)
 		(void) ConditionVariableTimedSleep(&dlock_dbs->cv, 100, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
-}
-
-/* ---------------------------------------------------------------------
- * The database's token floor (dlock_token_floor)
- * --------------------------------------------------------------------- */
-
-/* a floor this transaction wrote, published to the slot at its commit */
-static uint64 pending_floor = 0;
-static int	pending_level = 0;
-
-static void
-floor_xact_callback(XactEvent event, void *arg)
-{
-	if (pending_floor == 0)
-		return;
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-	{
-		SpinLockAcquire(&dlock_dbs->mutex);
-		if (pg_atomic_read_u64(&dlock_my_slot->token_floor) < pending_floor)
-			pg_atomic_write_u64(&dlock_my_slot->token_floor, pending_floor);
-		SpinLockRelease(&dlock_dbs->mutex);
-	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		pending_floor = 0;
-}
-
-static void
-floor_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-
-	if (pending_floor == 0 || pending_level < level)
-		return;
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		pending_floor = 0;
-	else if (event == SUBXACT_EVENT_COMMIT_SUB)
-		pending_level = level - 1;
-}
-
-/*
- * A token was just handed out in this database.  When it reaches the floor
- * its table stores, a row covering every token reserved so far is added (so
- * this happens about once per block of tokens), in the caller's transaction.
- * A read-only transaction cannot write it: the next writable grant here
- * does.
- */
-void
-dlock_store_note_token(uint64 token)
-{
-	static bool registered = false;
-	AsOwner		saved;
-	Datum		arg;
-	uint64		floor;
-
-	/* every grant asks: a read, no lock (writers hold the mutex) */
-	floor = pg_atomic_read_u64(&dlock_my_slot->token_floor);
-	if (token < floor || token < pending_floor || XactReadOnly || RecoveryInProgress())
-		return;
-	if (!registered)
-	{
-		RegisterXactCallback(floor_xact_callback, NULL);
-		RegisterSubXactCallback(floor_subxact_callback, NULL);
-		registered = true;
-	}
-	floor = dlock_token_reserved_end();
-	arg = Int64GetDatum((int64) floor);
-	dlock_table_spi_begin(&saved, true, false);
-	if (plan_floor == NULL)
-	{
-		Oid			type = INT8OID;
-
-		/*
-		 * A new row, not an update of one: grants that reach the floor
-		 * together each insert theirs, and none waits for another's
-		 * transaction (a long one would hold up every grant here).  Lower
-		 * rows nobody has locked go.
-		 */
-		plan_floor = SPI_prepare(psprintf("WITH lower AS (DELETE FROM %1$s"
-										  " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-										  "SELECT ctid FROM %1$s WHERE floor OPERATOR(pg_catalog.<) $1"
-										  " FOR UPDATE SKIP LOCKED)))"
-										  " INSERT INTO %1$s VALUES ($1)", dlock_floor_table),
-								 1, &type);
-		if (plan_floor == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		dlock_table_keep_plan(&plan_floor);
-	}
-	if (SPI_execute_plan(plan_floor, &arg, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not raise the dlock token floor");
-	dlock_table_spi_end(&saved);
-	pending_floor = floor;
-	pending_level = GetCurrentTransactionNestLevel();
 }
 
 /* ---------------------------------------------------------------------
