@@ -1,70 +1,40 @@
 /*
- * store.c
- *		Durable state: the per-database lease table that is the source of
- *		truth after a crash, and its rebuild into shared memory.
+ * rebuild.c
+ *		Shared memory rebuilt from the lease table: before any call is
+ *		served in a database after a start (a restart, a crash, a promotion)
+ *		or after the extension was created again, its leases are restored
+ *		from its table.  Only leases that could have been live together,
+ *		and that were live at the last moment the old server is known to
+ *		have reached, come back (the rule is load_rows's).
  *
- * Lease rows are written in the caller's transaction: a grant's insert and
- * a release's delete with the heap and index access methods (see
- * insert_direct), the rest through SPI as the table's owner.  Writers of one row queue on its row lock, so its versions
- * follow commit order; shared memory takes an expiry only from a newer
- * version (see xact.c).
+ * One backend loads a database; the others wait for it on the slots'
+ * condition variable, interruptibly, and take over if it dies.
  *
- * Locking: SPI and heap access only without partition locks; per-database
- * state (table OIDs, token floors, dead-row flags) under its slot's
- * spinlock, the floor also in an atomic read by every grant.
+ * Locking: the database's load state under the slots' spinlock, never held
+ * while loading; each restored lease under its name's partition lock, taken
+ * per row and never across SQL.
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/xact.h"
-#include "access/xlog.h"
 #include "access/xlogrecovery.h"
-#include "catalog/objectaccess.h"
-#include "catalog/pg_am.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_collation.h"
-#include "catalog/pg_database.h"
-#include "catalog/index.h"
-#include "catalog/indexing.h"
-#include "catalog/pg_extension.h"
-#include "catalog/pg_opfamily.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
-#include "common/controldata_utils.h"
-#include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
-#include "port/atomics.h"
-#include "storage/bufmgr.h"
 #include "storage/condition_variable.h"
-#include "storage/lmgr.h"
 #include "storage/procarray.h"
 #include "storage/spin.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
-#include "utils/guc.h"
-#include "utils/inval.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "args.h"
-#include "compat.h"
 #include "dbslots.h"
 #include "engine.h"
 #include "floor.h"
 #include "store.h"
 #include "table.h"
 #include "tokens.h"
-#include "wait.h"
 
 /* A restored name whose ended leases left rows: its next grant deletes them. */
 static void
