@@ -109,6 +109,187 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
 	return head != NULL && (skip || lease != NULL);
 }
 
+/* What a rebuild found, for its log and the database's slot. */
+typedef struct LoadCounts
+{
+	uint64		max_token;
+	int64		dead;			/* rows that expired */
+	int64		stale;			/* rows of leases that had ended */
+	int64		invalid;		/* rows that break the table's rules */
+	int64		restored;
+} LoadCounts;
+
+/* Where the rule of load_rows stands in the rows of one name. */
+typedef struct NameRows
+{
+	text	   *prev;			/* the name; NULL before the first row */
+	int32		kind;			/* permits its newest row declares; 0: not a
+								 * semaphore */
+	int			kept;			/* rows restored */
+	int			seen;			/* rows judged */
+	bool		closed;			/* no older row of the name is restored */
+} NameRows;
+
+/*
+ * Reads every row (into SPI_tuptable), by name and newest first, each with
+ * whether it is valid and whether it counts as live: expiring after the
+ * moment returned.
+ */
+static TimestampTz
+read_rows(bool after_start)
+{
+	TimestampTz since = 0;
+	Oid			argtypes[1] = {TIMESTAMPTZOID};
+	Datum		args[1];
+
+	if (after_start)
+		since = Max(GetLatestXTime(), dlock_dbs->checkpoint_time);
+	if (since == 0)
+		since = GetCurrentTimestamp();
+	args[0] = TimestampTzGetDatum(since);
+	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
+									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
+									   " expires_at OPERATOR(pg_catalog.>) $1, %s, ttl"
+									   " FROM %s ORDER BY name, token DESC", dlock_table_row_valid_sql(), dlock_lease_table),
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the dlock lease table");
+	return since;
+}
+
+/*
+ * The rule of load_rows for one valid row, read after the newer rows of its
+ * name (a row of another name starts over): whether its lease could have
+ * been live with those restored.  The caller counts it in run->kept if it
+ * restores it.
+ */
+static bool
+keep_row(NameRows *run, text *name, bool shared, int32 permits, bool live)
+{
+	int32		name_len = VARSIZE_ANY_EXHDR(name);
+	bool		keep;
+
+	/* the newest row of a name declares its kind */
+	if (run->prev == NULL || VARSIZE_ANY_EXHDR(run->prev) != (Size) name_len ||
+		memcmp(VARDATA_ANY(run->prev), VARDATA_ANY(name), name_len) != 0)
+	{
+		run->prev = name;
+		run->kind = permits;
+		run->kept = 0;
+		run->seen = 0;
+		run->closed = false;
+	}
+	if (run->closed || permits != run->kind)
+		keep = false;
+	else if (run->kind != 0)
+		keep = live && run->kept < run->kind;
+	else if (!shared)
+	{
+		/* an exclusive lease ended every older one before it began */
+		keep = (run->seen == 0);
+		run->closed = true;
+	}
+	else
+		keep = true;
+	if (permits != run->kind || (run->kind != 0 && live && !keep))
+		run->closed = true;
+	run->seen++;
+	return keep;
+}
+
+/* Restores the leases of the rows read_rows read that keep_row keeps. */
+static void
+restore_rows(bool after_start, LoadCounts *counts)
+{
+	int64		mono_now = dlock_mono_now();
+	TimestampTz wall_now = GetCurrentTimestamp();
+	NameRows	run = {0};
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		text	   *name = DatumGetTextPP(SPI_getbinval(tuple, desc, 1, &isnull));
+		int64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+		bool		shared = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
+		int32		permits = DatumGetInt32(SPI_getbinval(tuple, desc, 9, &isnull));
+		bool		live = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
+		bool		valid = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
+		int64		ttl = dlock_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 12, &isnull)));
+		bool		keep;
+		int64		expires;
+		DLockKey	key;
+
+		if (!valid)
+		{
+			counts->invalid++;
+			continue;
+		}
+		counts->max_token = Max(counts->max_token, (uint64) token);
+		keep = keep_row(&run, name, shared, permits, live);
+
+		dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+		if (!live || !keep)
+		{
+			if (!live)
+				counts->dead++;
+			else
+				counts->stale++;
+			/* rows newest first: a restored lease of the name came before */
+			if (run.kept > 0)
+				mark_stale_rows(&key);
+			continue;
+		}
+		run.kept++;
+		counts->restored++;
+		expires = mono_now + ttl;
+		if (!after_start)
+			expires = mono_now +
+				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
+		if (!restore_row(&key, tuple, desc, run.kind, expires))
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("dlock lease table is full while restoring leases"),
+					 errhint("Increase dlock.max_locks and restart the server.")));
+	}
+}
+
+/* The rebuild's log, while SPI_processed still counts the rows it read. */
+static void
+log_load(bool after_start, TimestampTz since, const LoadCounts *counts)
+{
+	if (after_start && SPI_processed > 0)
+		ereport(LOG,
+				(errmsg_plural("dlock restored " INT64_FORMAT " lease of %s, for its full ttl",
+							   "dlock restored " INT64_FORMAT " leases of %s, each for its full ttl",
+							   counts->restored, counts->restored, dlock_lease_table),
+				 errdetail("Rows that expired before %s, when the server that wrote them was last known to be running, belong to leases that had ended.",
+						   timestamptz_to_str(since))));
+	if (counts->stale > 0 || counts->invalid > 0)
+		ereport(LOG,
+				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
+						counts->stale, counts->invalid, dlock_lease_table)));
+}
+
+/*
+ * What the rebuild leaves in the database's slot: its rows to sweep, its
+ * token floor, and whether restored rows may hold the old server's expiry.
+ */
+static void
+record_load(bool after_start, const LoadCounts *counts, uint64 floor)
+{
+	SpinLockAcquire(&dlock_dbs->mutex);
+	dlock_dead_rows_add(dlock_my_slot - dlock_dbs->slots,
+						(uint32) Min(counts->dead + counts->stale + counts->invalid, INT_MAX / 2));
+	pg_atomic_write_u64(&dlock_my_slot->token_floor, floor);
+	if (after_start && counts->restored > 0)
+	{
+		dlock_my_slot->stale_expiries = true;
+		dlock_my_slot->restores++;
+	}
+	SpinLockRelease(&dlock_dbs->mutex);
+}
+
 /*
  * Rebuilds this database's leases from its table.  Rows are read newest
  * first per name, and only a set that could have been live together is
@@ -134,22 +315,9 @@ static void
 load_rows(bool after_start)
 {
 	AsOwner		saved;
-	uint64		max_token = 0;
+	LoadCounts	counts = {0};
+	TimestampTz since;
 	uint64		floor;
-	TimestampTz since = 0;
-	Oid			argtypes[1] = {TIMESTAMPTZOID};
-	Datum		args[1];
-	int64		mono_now;
-	TimestampTz wall_now;
-	text	   *prev = NULL;
-	int32		kind = 0;
-	int			kept = 0;
-	int			seen = 0;
-	bool		closed = false;
-	int64		dead = 0;
-	int64		stale = 0;
-	int64		invalid = 0;
-	int64		restored = 0;
 
 	dlock_table_spi_begin(&saved, false, true);
 
@@ -159,120 +327,16 @@ load_rows(bool after_start)
 	 * after promotion, and must not miss leases replayed since.
 	 */
 	PushActiveSnapshot(GetLatestSnapshot());
-	if (after_start)
-		since = Max(GetLatestXTime(), dlock_dbs->checkpoint_time);
-	if (since == 0)
-		since = GetCurrentTimestamp();
-	args[0] = TimestampTzGetDatum(since);
-	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
-									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
-									   " expires_at OPERATOR(pg_catalog.>) $1, %s, ttl"
-									   " FROM %s ORDER BY name, token DESC", dlock_table_row_valid_sql(), dlock_lease_table),
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the dlock lease table");
-
-	mono_now = dlock_mono_now();
-	wall_now = GetCurrentTimestamp();
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		text	   *name = DatumGetTextPP(SPI_getbinval(tuple, desc, 1, &isnull));
-		int64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
-		bool		shared = DatumGetBool(SPI_getbinval(tuple, desc, 8, &isnull));
-		int32		permits = DatumGetInt32(SPI_getbinval(tuple, desc, 9, &isnull));
-		bool		live = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
-		bool		valid = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
-		int64		ttl = dlock_interval_usecs(DatumGetIntervalP(SPI_getbinval(tuple, desc, 12, &isnull)));
-		int32		name_len = VARSIZE_ANY_EXHDR(name);
-		bool		keep;
-		int64		expires;
-		DLockKey	key;
-
-		if (!valid)
-		{
-			invalid++;
-			continue;
-		}
-		max_token = Max(max_token, (uint64) token);
-
-		/* the newest row of a name declares its kind */
-		if (prev == NULL || VARSIZE_ANY_EXHDR(prev) != (Size) name_len ||
-			memcmp(VARDATA_ANY(prev), VARDATA_ANY(name), name_len) != 0)
-		{
-			prev = name;
-			kind = permits;
-			kept = 0;
-			seen = 0;
-			closed = false;
-		}
-		if (closed || permits != kind)
-			keep = false;
-		else if (kind != 0)
-			keep = live && kept < kind;
-		else if (!shared)
-		{
-			/* an exclusive lease ended every older one before it began */
-			keep = (seen == 0);
-			closed = true;
-		}
-		else
-			keep = true;
-		if (permits != kind || (kind != 0 && live && !keep))
-			closed = true;
-		seen++;
-
-		dlock_make_key(&key, VARDATA_ANY(name), name_len);
-		if (!live || !keep)
-		{
-			if (!live)
-				dead++;
-			else
-				stale++;
-			/* rows newest first: a restored lease of the name came before */
-			if (kept > 0)
-				mark_stale_rows(&key);
-			continue;
-		}
-		kept++;
-		restored++;
-		expires = mono_now + ttl;
-		if (!after_start)
-			expires = mono_now +
-				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
-		if (!restore_row(&key, tuple, desc, kind, expires))
-			ereport(ERROR,
-					(errcode(ERRCODE_OUT_OF_MEMORY),
-					 errmsg("dlock lease table is full while restoring leases"),
-					 errhint("Increase dlock.max_locks and restart the server.")));
-	}
-	if (after_start && SPI_processed > 0)
-		ereport(LOG,
-				(errmsg_plural("dlock restored " INT64_FORMAT " lease of %s, for its full ttl",
-							   "dlock restored " INT64_FORMAT " leases of %s, each for its full ttl",
-							   restored, restored, dlock_lease_table),
-				 errdetail("Rows that expired before %s, when the server that wrote them was last known to be running, belong to leases that had ended.",
-						   timestamptz_to_str(since))));
-	if (stale > 0 || invalid > 0)
-		ereport(LOG,
-				(errmsg("dlock skipped " INT64_FORMAT " ended and " INT64_FORMAT " invalid lease rows of %s while restoring leases",
-						stale, invalid, dlock_lease_table)));
+	since = read_rows(after_start);
+	restore_rows(after_start, &counts);
+	log_load(after_start, since, &counts);
 	floor = dlock_floor_read();
-	SpinLockAcquire(&dlock_dbs->mutex);
-	dlock_dead_rows_add(dlock_my_slot - dlock_dbs->slots, (uint32) Min(dead + stale + invalid, INT_MAX / 2));
-	pg_atomic_write_u64(&dlock_my_slot->token_floor, floor);
-	if (after_start && restored > 0)
-	{
-		dlock_my_slot->stale_expiries = true;
-		dlock_my_slot->restores++;
-	}
-	SpinLockRelease(&dlock_dbs->mutex);
+	record_load(after_start, &counts, floor);
 	PopActiveSnapshot();
 	dlock_table_spi_end(&saved);
-	dlock_token_raise_floor(Max(max_token + 1, floor));
+	dlock_token_raise_floor(Max(counts.max_token + 1, floor));
 	/* a sweeper moves the restored leases' rows to this clock */
-	if (after_start && restored > 0)
+	if (after_start && counts.restored > 0)
 		dlock_wake_watcher();
 }
 
