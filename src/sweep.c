@@ -145,6 +145,140 @@ sweep_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		sweep_level = level - 1;
 }
 
+/* What a sweep did to the rows it read. */
+typedef struct SweepCounts
+{
+	int64		deleted;
+	int64		moved;
+	int64		invalid;		/* of those deleted */
+	bool		clean;			/* it deleted or moved every row it meant to */
+} SweepCounts;
+
+/*
+ * Reads the rows to look at (into SPI_tuptable): after a rebuild every row,
+ * else those the wall clock says expired and those that break the rules.
+ */
+static void
+read_sweep_rows(bool all_rows)
+{
+	/* every row left before the mark is committed: read what is now */
+	PushActiveSnapshot(GetLatestSnapshot());
+	if (SPI_execute(psprintf("SELECT name, token, version, expires_at, %1$s FROM %2$s%3$s",
+							 dlock_table_row_valid_sql(), dlock_lease_table,
+							 all_rows ? "" :
+							 psprintf(" WHERE expires_at <= clock_timestamp() OR NOT %s",
+									  dlock_table_row_valid_sql())),
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the dlock lease table");
+	PopActiveSnapshot();
+}
+
+/*
+ * Whether shared memory says the lease of (name, token) ended; if it holds
+ * that version of the lease, *held_until is when it expires, in this clock.
+ */
+static bool
+lease_ended(text *name, uint64 token, int64 version, TimestampTz *held_until)
+{
+	DLockKey	key;
+	uint32		hash;
+	DLockEntry *lease;
+	bool		ended;
+
+	dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	hash = dlock_key_hash(&key);
+	LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
+	lease = dlock_find_lease(&key, hash, token);
+	ended = (lease == NULL || dlock_is_free(lease, dlock_mono_now()));
+	if (!ended && lease->durable && lease->version == version)
+		*held_until = dlock_mono_to_wall(lease->expires, dlock_mono_now(),
+										 GetCurrentTimestamp());
+	LWLockRelease(dlock_partition_lock(hash));
+	return ended;
+}
+
+/* Moves the row of args (name, token, version) to expire at held_until. */
+static void
+move_row(Datum *args, TimestampTz held_until, SweepCounts *counts)
+{
+	if (plan_move == NULL)
+	{
+		Oid			types[4] = {TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID};
+
+		dlock_table_prepare(&plan_move, "UPDATE %1$s SET expires_at = $4"
+							" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+							"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
+							" AND token OPERATOR(pg_catalog.=) $2"
+							" AND version OPERATOR(pg_catalog.=) $3"
+							" FOR UPDATE SKIP LOCKED))", 4, types);
+	}
+	args[3] = TimestampTzGetDatum(held_until);
+	if (SPI_execute_plan(plan_move, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update a dlock lease row");
+	counts->moved += SPI_processed;
+	counts->clean &= (SPI_processed > 0);
+}
+
+/* Deletes the row of args (name, token, version). */
+static void
+delete_row(Datum *args, bool valid, SweepCounts *counts)
+{
+	if (plan_sweep == NULL)
+	{
+		Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
+
+		dlock_table_prepare(&plan_sweep, "DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+							"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
+							" AND token OPERATOR(pg_catalog.=) $2"
+							" AND version OPERATOR(pg_catalog.=) $3"
+							" FOR UPDATE SKIP LOCKED))", 3, types);
+	}
+	if (SPI_execute_plan(plan_sweep, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete a dlock lease row");
+	counts->deleted += SPI_processed;
+	if (!valid)
+		counts->invalid += SPI_processed;
+	/* locked by someone (or changed): left for a later sweep */
+	counts->clean &= (SPI_processed > 0);
+}
+
+/*
+ * One row read_sweep_rows read: deleted if its lease ended (or it is
+ * invalid), its expiry moved if shared memory holds the lease for longer.
+ */
+static void
+sweep_row(HeapTuple tuple, TupleDesc desc, SweepCounts *counts)
+{
+	Datum		args[4];
+	bool		isnull;
+	text	   *name = DatumGetTextPP(SPI_getbinval(tuple, desc, 1, &isnull));
+	uint64		token = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
+	int64		version = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
+	TimestampTz row_expires = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
+	bool		valid = DatumGetBool(SPI_getbinval(tuple, desc, 5, &isnull));
+	TimestampTz held_until = 0;
+	bool		ended = true;
+
+	if (valid)
+		ended = lease_ended(name, token, version, &held_until);
+	/* a second is below any clock step worth a write */
+	if (!ended && held_until <= row_expires + USECS_PER_SEC)
+		return;
+
+	/*
+	 * A row someone has locked (a grant clearing the name's old rows, a
+	 * release, a renewal) is left for the next sweep: waiting for it, with
+	 * the rows written so far still locked, could deadlock with that writer.
+	 */
+	args[0] = PointerGetDatum(name);
+	args[1] = Int64GetDatum((int64) token);
+	args[2] = Int64GetDatum(version);
+	if (!ended)
+		move_row(args, held_until, counts);
+	else
+		delete_row(args, valid, counts);
+}
+
 /*
  * Deletes the rows of leases that ended, each by version compare-and-set.
  * Shared memory decides what ended: a row whose lease is still held there
@@ -164,14 +298,10 @@ dlock_store_sweep_rows(void)
 {
 	static bool registered = false;
 	AsOwner		saved;
-	Datum		args[4];
-	int64		deleted = 0;
-	int64		moved = 0;
-	int64		invalid = 0;
+	SweepCounts counts = {0, 0, 0, true};
 	uint64		nrows;
 	SPITupleTable *rows;
 	bool		all_rows;
-	bool		clean = true;
 	uint32		dead_mark;
 	uint32		restores;
 
@@ -191,109 +321,25 @@ dlock_store_sweep_rows(void)
 	SpinLockRelease(&dlock_dbs->mutex);
 
 	dlock_table_spi_begin(&saved, true, true);
-	/* every row left before the mark is committed: read what is now */
-	PushActiveSnapshot(GetLatestSnapshot());
-	if (SPI_execute(psprintf("SELECT name, token, version, expires_at, %1$s FROM %2$s%3$s",
-							 dlock_table_row_valid_sql(), dlock_lease_table,
-							 all_rows ? "" :
-							 psprintf(" WHERE expires_at <= clock_timestamp() OR NOT %s",
-									  dlock_table_row_valid_sql())),
-					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the dlock lease table");
-	PopActiveSnapshot();
+	read_sweep_rows(all_rows);
 	nrows = SPI_processed;
 	rows = SPI_tuptable;
 	for (uint64 i = 0; i < nrows; i++)
-	{
-		bool		isnull;
-		text	   *name = DatumGetTextPP(SPI_getbinval(rows->vals[i], rows->tupdesc, 1, &isnull));
-		uint64		token = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 2, &isnull));
-		int64		version = DatumGetInt64(SPI_getbinval(rows->vals[i], rows->tupdesc, 3, &isnull));
-		TimestampTz row_expires = DatumGetTimestampTz(SPI_getbinval(rows->vals[i], rows->tupdesc, 4, &isnull));
-		bool		valid = DatumGetBool(SPI_getbinval(rows->vals[i], rows->tupdesc, 5, &isnull));
-		TimestampTz held_until = 0;
-		DLockKey	key;
-		uint32		hash;
-		DLockEntry *lease;
-		bool		ended = true;
-
-		if (valid)
-		{
-			dlock_make_key(&key, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-			hash = dlock_key_hash(&key);
-			LWLockAcquire(dlock_partition_lock(hash), LW_SHARED);
-			lease = dlock_find_lease(&key, hash, token);
-			ended = (lease == NULL || dlock_is_free(lease, dlock_mono_now()));
-			if (!ended && lease->durable && lease->version == version)
-				held_until = dlock_mono_to_wall(lease->expires, dlock_mono_now(),
-												GetCurrentTimestamp());
-			LWLockRelease(dlock_partition_lock(hash));
-		}
-		/* a second is below any clock step worth a write */
-		if (!ended && held_until <= row_expires + USECS_PER_SEC)
-			continue;
-
-		/*
-		 * A row someone has locked (a grant clearing the name's old rows, a
-		 * release, a renewal) is left for the next sweep: waiting for it,
-		 * with the rows written so far still locked, could deadlock with that
-		 * writer.
-		 */
-		args[0] = PointerGetDatum(name);
-		args[1] = Int64GetDatum((int64) token);
-		args[2] = Int64GetDatum(version);
-		if (!ended)
-		{
-			if (plan_move == NULL)
-			{
-				Oid			types[4] = {TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID};
-
-				dlock_table_prepare(&plan_move, "UPDATE %1$s SET expires_at = $4"
-									" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-									"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
-									" AND token OPERATOR(pg_catalog.=) $2"
-									" AND version OPERATOR(pg_catalog.=) $3"
-									" FOR UPDATE SKIP LOCKED))", 4, types);
-			}
-			args[3] = TimestampTzGetDatum(held_until);
-			if (SPI_execute_plan(plan_move, args, NULL, false, 0) != SPI_OK_UPDATE)
-				elog(ERROR, "could not update a dlock lease row");
-			moved += SPI_processed;
-			clean &= (SPI_processed > 0);
-			continue;
-		}
-		if (plan_sweep == NULL)
-		{
-			Oid			types[3] = {TEXTOID, INT8OID, INT8OID};
-
-			dlock_table_prepare(&plan_sweep, "DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-								"SELECT ctid FROM %1$s WHERE name OPERATOR(pg_catalog.=) $1"
-								" AND token OPERATOR(pg_catalog.=) $2"
-								" AND version OPERATOR(pg_catalog.=) $3"
-								" FOR UPDATE SKIP LOCKED))", 3, types);
-		}
-		if (SPI_execute_plan(plan_sweep, args, NULL, false, 0) != SPI_OK_DELETE)
-			elog(ERROR, "could not delete a dlock lease row");
-		deleted += SPI_processed;
-		if (!valid)
-			invalid += SPI_processed;
-		/* locked by someone (or changed): left for a later sweep */
-		clean &= (SPI_processed > 0);
-	}
+		sweep_row(rows->vals[i], rows->tupdesc, &counts);
 	dlock_table_spi_end(&saved);
 	/* a moved row is what the next rebuild trusts */
-	if (moved > 0)
+	if (counts.moved > 0)
 		dlock_rows_promise_commit();
-	if (invalid > 0)
+	if (counts.invalid > 0)
 		ereport(LOG,
 				(errmsg("dlock deleted " INT64_FORMAT " invalid lease rows of %s",
-						invalid, dlock_lease_table),
+						counts.invalid, dlock_lease_table),
 				 errdetail("They break the table's rules, so no lease has them.")));
 	sweep_pending = true;
-	sweep_clean = clean;
+	sweep_clean = counts.clean;
 	sweep_all_rows = all_rows;
 	sweep_dead_mark = dead_mark;
 	sweep_restores = restores;
 	sweep_level = GetCurrentTransactionNestLevel();
-	return deleted;
+	return counts.deleted;
 }
