@@ -66,10 +66,10 @@ ttl_datum(int64 ttl)
 /*
  * A grant's insert and a release's delete, the two row writes of every
  * durable cycle, bypass the executor while the table is as the extension
- * made it (lease_columns in table.c; heap; its primary key on (name, token) its only
- * index; no CHECK constraint, trigger, rule, row security, inheritance or
- * other replica identity): a heap insert or delete and the key's index
- * entry, as the executor makes them.  Executor start-up and teardown were a
+ * made it (lease_columns, in table.c; heap; its primary key on (name,
+ * token) its only index; no CHECK constraint, trigger, rule, row security,
+ * inheritance or other replica identity): a heap insert or delete and the
+ * key's index entry, as the executor makes them.  Executor start-up and teardown were a
  * third of a durable cycle's instructions.  A table its owner changed takes
  * SPI, so its constraints, triggers and conversions apply as to any INSERT
  * or DELETE.
