@@ -10,7 +10,13 @@
  *	worker.c		the background worker: expiries, sweeps
  *	lease.c			the rules of a lease: acquire, renew, release, fence
  *	xact.c			lease changes that follow the caller's transaction
- *	store.c			the lease table (durable rows) and its rebuild
+ *	the store, the lease table (durable rows; store.h), top to bottom:
+ *	  rebuild.c		shared memory rebuilt from the table after a start
+ *	  sweep.c		rows of ended leases deleted, restored rows' expiries moved
+ *	  rows.c		a lease's row writes, and what their commit waits for
+ *	  floor.c		the per-database token floor (dlock_token_floor)
+ *	  dbslots.c		per-database slots; drops of a database or the extension
+ *	  table.c		the table's lookup, SPI as its owner, direct-path shape
  *	args.c			the entry points' checks (args.h): preload, arguments
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
  *	engine.c		the partitioned shared hash of leases, expiry heaps

@@ -31,7 +31,7 @@ typedef struct DLockShared
 {
 	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
 	pg_atomic_uint32 nentries;
-	/* entries per database, by the slot store.c gave the database */
+	/* entries per database, by the slot dbslots.c gave the database */
 	pg_atomic_uint32 db_entries[DLOCK_MAX_DATABASES];
 	/*
 	 * per database: rows that ended leases left for the sweeper, counted
@@ -98,7 +98,7 @@ partition_heap(int partition)
 	return heap;
 }
 
-/* this backend's database slot (store.c's), whose entries it counts */
+/* this backend's database slot (dbslots.c's), whose entries it counts */
 static int	my_db = -1;
 
 void
