@@ -672,7 +672,7 @@ dlock_sweep(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 	} while (next != 0 && next <= dlock_mono_now());
 
-	PG_RETURN_INT64(mine + dlock_store_sweep_rows());
+	PG_RETURN_INT64(mine + dlock_store_sweep_rows(false));
 }
 
 Datum

@@ -96,6 +96,7 @@ dlock_db_claim_slot(void)
 		free_slot->stale_expiries = false;
 		free_slot->restores = 0;
 		free_slot->sweep_retry_at = 0;
+		free_slot->sweep_retry_mark = 0;
 		pg_atomic_write_u64(&free_slot->token_floor, 0);
 		free_slot->state = DB_NOT_LOADED;
 		SpinLockRelease(&dlock_dbs->mutex);

@@ -36,8 +36,10 @@ typedef struct DbSlot
 								 * old server's expiry */
 	uint32		restores;		/* times stale_expiries was set */
 	int64		sweep_retry_at; /* monotonic clock: the worker sends no
-								 * sweeper before, as the last sweep failed or
-								 * left rows (0: none) */
+								 * sweeper before, as the last sweeper failed
+								 * or left rows (0: none) */
+	uint32		sweep_retry_mark;	/* dead-row mark that sweeper read: rows
+									 * left after it are not held back */
 	bool		loaded;			/* loaded once since the server started (a
 								 * dropped and re-created extension keeps it) */
 } DbSlot;

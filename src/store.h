@@ -54,6 +54,6 @@ extern void dlock_store_note_token(uint64 token);
 /* rows of ended leases (sweep.c) */
 extern void dlock_store_forget_dead_rows(void);
 extern int	dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at);
-extern int64 dlock_store_sweep_rows(void);
+extern int64 dlock_store_sweep_rows(bool by_sweeper);
 
 #endif							/* DLOCK_STORE_H */

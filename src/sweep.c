@@ -53,10 +53,12 @@ dlock_store_forget_dead_rows(void)
 
 /*
  * The databases with rows to delete or move, for the worker to send a
- * sweeper.  One whose last sweep failed or left rows (locked by another
+ * sweeper.  One whose last sweeper failed or left rows (locked by another
  * transaction) waits a while, so sweepers are not sent back to back while
  * that transaction is open: *retry_at says when the first of those may be
- * swept again (0: none waits).
+ * swept again (0: none waits).  Only for the rows it saw: a lease that ended
+ * since and left a row gets a sweeper at once, or a clean restart meanwhile
+ * could bring it back (the shutdown checkpoint's time has whole seconds).
  */
 int
 dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at)
@@ -73,7 +75,8 @@ dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at)
 		if (slot->dbid == InvalidOid ||
 			(dlock_dead_rows(i) == 0 && !slot->stale_expiries))
 			continue;
-		if (slot->sweep_retry_at > now)
+		if (slot->sweep_retry_at > now &&
+			dlock_dead_rows_mark(i) == slot->sweep_retry_mark)
 		{
 			if (*retry_at == 0 || slot->sweep_retry_at < *retry_at)
 				*retry_at = slot->sweep_retry_at;
@@ -292,9 +295,14 @@ sweep_row(HeapTuple tuple, TupleDesc desc, SweepCounts *counts)
  * by the same compare-and-set: a later rebuild judges the lease by its row.
  * After a rebuild, every row is looked at once, not only those the wall
  * clock says expired.
+ *
+ * by_sweeper: the worker's sweeper, whose failure or left rows hold back
+ * the next one (see dlock_store_dead_databases); a dlock_sweep() call that
+ * fails or rolls back says nothing of what a sweeper would meet, and holds
+ * back none.
  */
 int64
-dlock_store_sweep_rows(void)
+dlock_store_sweep_rows(bool by_sweeper)
 {
 	static bool registered = false;
 	AsOwner		saved;
@@ -317,7 +325,11 @@ dlock_store_sweep_rows(void)
 	dead_mark = dlock_dead_rows_mark(dlock_my_slot - dlock_dbs->slots);
 	all_rows = dlock_my_slot->stale_expiries;
 	restores = dlock_my_slot->restores;
-	dlock_my_slot->sweep_retry_at = dlock_mono_now() + SWEEP_RETRY;
+	if (by_sweeper)
+	{
+		dlock_my_slot->sweep_retry_at = dlock_mono_now() + SWEEP_RETRY;
+		dlock_my_slot->sweep_retry_mark = dead_mark;
+	}
 	SpinLockRelease(&dlock_dbs->mutex);
 
 	dlock_table_spi_begin(&saved, true, true);

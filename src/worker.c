@@ -208,7 +208,7 @@ dlock_sweeper_main(Datum arg)
 			next = dlock_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP,
 									&unused);
 		while (next != 0 && next <= dlock_mono_now());
-		(void) dlock_store_sweep_rows();
+		(void) dlock_store_sweep_rows(true);
 	}
 	else
 		dlock_store_forget_dead_rows(); /* or we would be sent again */
