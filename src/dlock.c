@@ -33,6 +33,8 @@ dlock_shmem_request_hook(void)
 
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
+	size = add_size(size, dlock_counters_shmem_size());
+	size = add_size(size, dlock_watch_shmem_size());
 	size = add_size(size, dlock_token_shmem_size());
 	size = add_size(size, dlock_db_shmem_size());
 	size = add_size(size, dlock_wait_shmem_size());
@@ -51,6 +53,8 @@ dlock_shmem_startup_hook(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	locks = GetNamedLWLockTranche("dlock");
 	dlock_engine_shmem_init(locks);
+	dlock_counters_shmem_init();
+	dlock_watch_shmem_init();
 	dlock_token_shmem_init(&locks[DLOCK_PARTITIONS].lock);
 	dlock_db_shmem_init();
 	dlock_wait_shmem_init();

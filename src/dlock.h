@@ -20,6 +20,8 @@
  *	args.c			the entry points' checks (args.h): preload, arguments
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
  *	engine.c		the partitioned shared hash of leases, expiry heaps
+ *	counters.c		the cumulative counters of dlock_stats
+ *	watch.c			the expiry watcher: when the worker looks next, its wake-up
  *	tokens.c		fencing tokens that never go backwards
  *	settings.c		the settings (GUCs, settings.h), read by every layer
  *
