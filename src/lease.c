@@ -413,31 +413,49 @@ extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
 	return (durable && version == 0) ? 0 : token;
 }
 
-uint64
-dlock_lease_acquire(const DLockRequest *req, int64 timeout)
+/*
+ * The state of one dlock_lease_acquire() call, passed between its steps.
+ * It lives on the caller's stack: the fast path allocates nothing.
+ */
+typedef struct AcquireState
 {
-	LWLock	   *lock = dlock_partition_lock(req->hash);
-	DLockEntry *head;
-	DLockEntry *lease;
-	struct DLockOp *op;
-	int64		now;
-	int64		expires = 0;
-	uint64		token;
-	TransactionId xid = InvalidTransactionId;
-	TransactionId wait_xid;
-	DLockRow	row;
-	bool		retried = false;
-	bool		found;
-	bool		durable;
-	bool		clears;
-	bool		no_token;
-	bool		by_lock_timeout;
+	const DLockRequest *req;
+	LWLock	   *lock;			/* the name's partition lock */
+	struct DLockOp *op;			/* the call in the transaction's log */
+	int64		timeout;		/* as asked: 0 = a try */
+	int64		deadline;		/* of the whole call, from wait_deadline() */
+	bool		by_lock_timeout;	/* lock_timeout set the deadline */
+	bool		retried;		/* found the table full once already */
+	TransactionId xid;			/* durable: the transaction of the grant */
+	DLockEntry *head;			/* under the lock: the name's head, or NULL */
+	int64		now;			/* under the lock: when it was taken */
+	uint64		token;			/* the answer, once a step gives one */
+} AcquireState;
 
-	/* one deadline for the whole call, whatever it waits for */
-	int64		deadline = wait_deadline(timeout, dlock_mono_now(), &by_lock_timeout);
+/* Releases the partition lock, then sets the latches collected under it. */
+static void
+acquire_unlock(AcquireState *a)
+{
+	LWLockRelease(a->lock);
+	dlock_wake_all();
+}
 
-	if (timeout == 0 && refused_at_a_glance(req))
-		return 0;
+/* The call ends without a lease: it leaves nothing in the transaction. */
+static bool
+not_granted(AcquireState *a)
+{
+	dlock_xact_forget(a->op);
+	a->token = 0;
+	return true;
+}
+
+/*
+ * What may fail, allocate or read the token file is done before the
+ * partition lock is taken, so that nothing under the lock does.
+ */
+static void
+acquire_prepare(AcquireState *a)
+{
 	dlock_xact_register();
 
 	/*
@@ -445,7 +463,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	 * disk
 	 */
 	dlock_token_prefetch();
-	if (timeout != 0)
+	if (a->timeout != 0)
 		dlock_wait_prepare();
 
 	/*
@@ -453,175 +471,296 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	 * lease as a waiter needs it; a try got past the glance, so it will
 	 * likely be granted.  Assigning it may fail: not under the lock.
 	 */
-	if (req->durable)
-		xid = dlock_store_xid();
-	op = dlock_xact_begin(req);
+	a->xid = InvalidTransactionId;
+	if (a->req->durable)
+		a->xid = dlock_store_xid();
+	a->op = dlock_xact_begin(a->req);
+}
 
-retry:
-	LWLockAcquire(lock, LW_EXCLUSIVE);
+/*
+ * No entry was free for the request (the partition lock is held): the name
+ * is settled (dropped if unused), the leases that are due are ended, and
+ * the call looks again, once; the second time, the table is full.  Returns
+ * false: look again.
+ */
+static bool
+make_room(AcquireState *a)
+{
+	if (a->head != NULL)
+		dlock_settle(a->head, a->now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+	acquire_unlock(a);
+	if (a->retried)
+	{
+		dlock_xact_forget(a->op);
+		table_full();
+	}
+	reclaim_expired();
+	a->retried = true;
+	return false;
+}
+
+/*
+ * The caller holds a live lease on the name already: re-acquiring extends
+ * it, same token, once no other transaction is still granting it.  Returns
+ * false when that transaction ended: the lease may be gone, look again.
+ */
+static bool
+extend_own(AcquireState *a, DLockEntry *lease)
+{
+	const DLockRequest *req = a->req;
+	TransactionId wait_xid;
+	uint64		token;
+	bool		durable;
+	DLockRow	row;
+
+	if (lease->mode != req->mode)
+	{
+		DLockMode	held = (DLockMode) lease->mode;
+
+		acquire_unlock(a);
+		mode_conflict(req, held);
+	}
+	wait_xid = grant_in_progress(lease);
+	if (TransactionIdIsValid(wait_xid))
+	{
+		token = lease->token;
+		acquire_unlock(a);
+		if (wait_for_grant(req, token, wait_xid, a->deadline, a->by_lock_timeout, false))
+			return false;
+		return not_granted(a);
+	}
+	/* it cannot end before our commit applies the new expiry */
+	if (!dlock_pin(lease))
+	{
+		acquire_unlock(a);
+		too_many_pinners(req);
+	}
+	lease->holder_pid = MyProcPid;
+	token = lease->token;
+	durable = lease->durable;
+	if (durable)
+		fill_row(&row, lease, lease->version + 1);
+	acquire_unlock(a);
+	a->token = extend(req, a->op, token, &row, durable, a->now);
+	return true;
+}
+
+/*
+ * A lease this call granted under the partition lock: logged in the
+ * transaction (whose abort takes it back) while the lock is held, its row
+ * written after the lock is released.
+ */
+static bool
+granted(AcquireState *a, DLockEntry *lease)
+{
+	const DLockRequest *req = a->req;
+	DLockRow	row;
+	uint64		token;
+	bool		durable;
+	bool		clears;
+
+	dlock_xact_granted(a->op, lease->token, lease->durable);
+	token = lease->token;
+	durable = lease->durable;
+	clears = lease->clear_rows;
+	if (durable || clears)
+		fill_row(&row, lease, 1);
+	acquire_unlock(a);
+	dlock_store_note_token(token);
+	if (clears)
+		clear_rows(req, a->op, &row, token);
+	if (durable)
+		insert_row(req, &row, a->now + req->ttl, a->now);
+	a->token = token;
+	return true;
+}
+
+/*
+ * The name is free for the request and nobody is queued: the fast path.
+ * Returns false to look again, after reserving tokens (none was left) or
+ * making room (no entry was free).
+ */
+static bool
+grant_now(AcquireState *a)
+{
+	const DLockRequest *req = a->req;
+	DLockEntry *lease;
+	bool		no_token;
+
+	lease = dlock_grant(a->head, &req->owner, req->roleid, MyProcPid, req->ttl, a->now,
+						req->mode, false, req->durable ? a->xid : InvalidTransactionId,
+						&no_token);
+	if (lease == NULL && no_token)
+	{
+		/* reserve more tokens, outside the lock, and look again */
+		dlock_drop_if_unused(a->head);
+		acquire_unlock(a);
+		dlock_token_prefetch();
+		return false;
+	}
+	if (lease == NULL)
+		return make_room(a);
+	dlock_count(DLOCK_STAT_IMMEDIATE);
+	return granted(a, lease);
+}
+
+/*
+ * Granted by another backend while we slept: it could not write our row
+ * (only our transaction can), so we read what to write under a shared lock
+ * and write it here.
+ */
+static bool
+handed_over(AcquireState *a, uint64 token)
+{
+	const DLockRequest *req = a->req;
+	DLockEntry *lease;
+	DLockRow	row;
+	int64		now;
+	int64		expires = 0;
+	bool		found;
+	bool		clears;
+
+	dlock_xact_granted(a->op, token, req->durable);
+
+	/* granted by another backend: read what to write */
+	LWLockAcquire(a->lock, LW_SHARED);
 	now = dlock_mono_now();
-	head = dlock_find_or_create(&req->key, req->hash, &found);
+	lease = dlock_find_lease(&req->key, req->hash, token);
+	found = (lease != NULL);
+	clears = found && lease->clear_rows;
+	if (found)
+	{
+		fill_row(&row, lease, 1);
+		expires = lease->expires;
+	}
+	LWLockRelease(a->lock);
+	dlock_store_note_token(token);
+	if (clears)
+		clear_rows(req, a->op, &row, token);
+	/* (a lease that ended already leaves no row) */
+	if (found && req->durable)
+		insert_row(req, &row, expires, now);
+	a->token = token;
+	return true;
+}
+
+/*
+ * The name is taken, or others are queued first (FIFO across modes): the
+ * request joins the queue and sleeps, without the lock, until a backend
+ * that frees the lease hands it over or the deadline comes.  Returns false
+ * to look again after making room (no entry was free for the waiter).
+ */
+static bool
+queue_and_wait(AcquireState *a)
+{
+	const DLockRequest *req = a->req;
+	DLockEntry *head = a->head;
+
+	/* a waiter that may need an entry of its own counts it now */
+	bool		reserve = (head->permits != 0 || req->mode != DLOCK_EXCLUSIVE);
+	int			ahead;
+	uint64		pinned = dlock_self_deadlock(head, req->mode, &ahead);
+	uint64		token;
+
+	if (pinned != 0)
+	{
+		acquire_unlock(a);
+		self_deadlock(req, pinned, ahead);
+	}
+	if (reserve && !dlock_reserve(head))
+		return make_room(a);
+	dlock_enqueue(head, &req->owner, req->roleid, req->ttl, a->deadline,
+				  req->mode, reserve, req->durable ? a->xid : InvalidTransactionId);
+	acquire_unlock(a);
+
+	token = dlock_sleep(dlock_xact_holds_pins());
+	if (token == 0)
+	{
+		dlock_xact_forget(a->op);
+		if (a->by_lock_timeout)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("canceling statement due to lock timeout"),
+					 errdetail("Lock \"%.*s\" was not granted within lock_timeout (%d ms).",
+							   req->key.len, req->key.name, LockTimeout)));
+		a->token = 0;
+		return true;
+	}
+	return handed_over(a, token);
+}
+
+/*
+ * One look at the name under its partition lock: its ended leases are
+ * settled first, its kind checked, then the request goes one of four ways,
+ * each of which releases the lock.  Returns true when a->token is the
+ * answer, false when the call must look again.
+ */
+static bool
+acquire_look(AcquireState *a)
+{
+	const DLockRequest *req = a->req;
+	DLockEntry *head;
+	DLockEntry *lease;
+	bool		found;
+
+	LWLockAcquire(a->lock, LW_EXCLUSIVE);
+	a->now = dlock_mono_now();
+	a->head = head = dlock_find_or_create(&req->key, req->hash, &found);
 	if (head == NULL)
-		goto full;
+		return make_room(a);
 	/* ended leases go first, to the waiters they free the name for */
 	if (found)
-		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, true);
+		dlock_settle(head, a->now, DLOCK_STAT_EXPIRED_BY_CALLER, true);
 	if (head->nleases == 0 && dlist_is_empty(&head->u.h.waiters))
 		head->permits = req->permits;
 	else if (head->permits != req->permits)
 	{
 		int			permits = head->permits;
 
-		LWLockRelease(lock);
-		dlock_wake_all();
+		acquire_unlock(a);
 		kind_conflict(req, permits);
 	}
 
-	if ((lease = own_lease(head, req, now)) != NULL)
+	if ((lease = own_lease(head, req, a->now)) != NULL)
+		return extend_own(a, lease);
+	if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, a->now))
+		return grant_now(a);
+	if (a->timeout == 0)
 	{
-		if (lease->mode != req->mode)
-		{
-			DLockMode	held = (DLockMode) lease->mode;
+		acquire_unlock(a);
+		return not_granted(a);
+	}
+	return queue_and_wait(a);
+}
 
-			LWLockRelease(lock);
-			dlock_wake_all();
-			mode_conflict(req, held);
-		}
-		wait_xid = grant_in_progress(lease);
-		if (TransactionIdIsValid(wait_xid))
-		{
-			token = lease->token;
-			LWLockRelease(lock);
-			dlock_wake_all();
-			if (wait_for_grant(req, token, wait_xid, deadline, by_lock_timeout, false))
-				goto retry;
-			dlock_xact_forget(op);
-			return 0;
-		}
-		/* it cannot end before our commit applies the new expiry */
-		if (!dlock_pin(lease))
-		{
-			LWLockRelease(lock);
-			dlock_wake_all();
-			too_many_pinners(req);
-		}
-		lease->holder_pid = MyProcPid;
-		token = lease->token;
-		durable = lease->durable;
-		if (durable)
-			fill_row(&row, lease, lease->version + 1);
-		LWLockRelease(lock);
-		dlock_wake_all();
-		return extend(req, op, token, &row, durable, now);
-	}
-	else if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, now))
-	{
-		lease = dlock_grant(head, &req->owner, req->roleid, MyProcPid, req->ttl, now,
-							req->mode, false, req->durable ? xid : InvalidTransactionId,
-							&no_token);
-		if (lease == NULL && no_token)
-		{
-			/* reserve more tokens, outside the lock, and look again */
-			dlock_drop_if_unused(head);
-			LWLockRelease(lock);
-			dlock_wake_all();
-			dlock_token_prefetch();
-			goto retry;
-		}
-		if (lease == NULL)
-			goto full;
-		dlock_count(DLOCK_STAT_IMMEDIATE);
-	}
-	else if (timeout == 0)
-	{
-		LWLockRelease(lock);
-		dlock_wake_all();
-		dlock_xact_forget(op);
+/*
+ * The steps of an acquisition: a try refused at a glance ends at once;
+ * else everything that may fail or allocate is done before the partition
+ * lock (acquire_prepare), then the name is looked at under the lock until
+ * a look answers.  A look is repeated after tokens were reserved, after
+ * the wait for another transaction's grant of our own lease, and once after
+ * expired leases were reclaimed from a full table.
+ */
+uint64
+dlock_lease_acquire(const DLockRequest *req, int64 timeout)
+{
+	AcquireState a;
+
+	a.req = req;
+	a.lock = dlock_partition_lock(req->hash);
+	a.timeout = timeout;
+	a.retried = false;
+	/* one deadline for the whole call, whatever it waits for */
+	a.deadline = wait_deadline(timeout, dlock_mono_now(), &a.by_lock_timeout);
+
+	if (timeout == 0 && refused_at_a_glance(req))
 		return 0;
-	}
-	else
+	acquire_prepare(&a);
+	for (;;)
 	{
-		/* a waiter that may need an entry of its own counts it now */
-		bool		reserve = (head->permits != 0 || req->mode != DLOCK_EXCLUSIVE);
-		int			ahead;
-		uint64		pinned = dlock_self_deadlock(head, req->mode, &ahead);
-
-		if (pinned != 0)
-		{
-			LWLockRelease(lock);
-			dlock_wake_all();
-			self_deadlock(req, pinned, ahead);
-		}
-		if (reserve && !dlock_reserve(head))
-			goto full;
-		dlock_enqueue(head, &req->owner, req->roleid, req->ttl, deadline,
-					  req->mode, reserve, req->durable ? xid : InvalidTransactionId);
-		LWLockRelease(lock);
-		dlock_wake_all();
-
-		token = dlock_sleep(dlock_xact_holds_pins());
-		if (token == 0)
-		{
-			dlock_xact_forget(op);
-			if (by_lock_timeout)
-				ereport(ERROR,
-						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-						 errmsg("canceling statement due to lock timeout"),
-						 errdetail("Lock \"%.*s\" was not granted within lock_timeout (%d ms).",
-								   req->key.len, req->key.name, LockTimeout)));
-			return 0;
-		}
-		dlock_xact_granted(op, token, req->durable);
-
-		/* granted by another backend: read what to write */
-		LWLockAcquire(lock, LW_SHARED);
-		now = dlock_mono_now();
-		lease = dlock_find_lease(&req->key, req->hash, token);
-		found = (lease != NULL);
-		clears = found && lease->clear_rows;
-		if (found)
-		{
-			fill_row(&row, lease, 1);
-			expires = lease->expires;
-		}
-		LWLockRelease(lock);
-		dlock_store_note_token(token);
-		if (clears)
-			clear_rows(req, op, &row, token);
-		/* (a lease that ended already leaves no row) */
-		if (found && req->durable)
-			insert_row(req, &row, expires, now);
-		return token;
+		if (acquire_look(&a))
+			return a.token;
 	}
-
-	dlock_xact_granted(op, lease->token, lease->durable);
-	token = lease->token;
-	durable = lease->durable;
-	clears = lease->clear_rows;
-	if (durable || clears)
-		fill_row(&row, lease, 1);
-	LWLockRelease(lock);
-	dlock_wake_all();
-	dlock_store_note_token(token);
-	if (clears)
-		clear_rows(req, op, &row, token);
-	if (durable)
-		insert_row(req, &row, now + req->ttl, now);
-	return token;
-
-full:
-	if (head != NULL)
-		dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
-	LWLockRelease(lock);
-	dlock_wake_all();
-	if (retried)
-	{
-		dlock_xact_forget(op);
-		table_full();
-	}
-	reclaim_expired();
-	retried = true;
-	goto retry;
 }
 
 /* What a caller needs to know of the lease it holds */
