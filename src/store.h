@@ -3,9 +3,8 @@
  *		Durability: the per-database lease table that rebuilds shared memory
  *		after a restart or crash.  What the layers above the store
  *		(acquire.c, lease.c, worker.c, the entry points, the module load)
- *		call; the store's own
- *		files, bottom to top: table.c, dbslots.c, floor.c, rows.c, sweep.c,
- *		rebuild.c (see dlock.h).
+ *		call; the store's own files, bottom to top: table.c, dbslots.c,
+ *		floor.c, rows.c, sweep.c, rebuild.c (see dlock.h).
  */
 #ifndef DLOCK_STORE_H
 #define DLOCK_STORE_H
