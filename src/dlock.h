@@ -10,6 +10,8 @@
  *	worker.c		the background worker: expiries, sweeps
  *	lease.c			the rules of a lease: acquire, renew, release, fence
  *	xact.c			lease changes that follow the caller's transaction
+ *	grace.c			no new grant after a promotion until lost leases ended;
+ *					the ttl bound that needs (dlock.failover_grace)
  *	the store, the lease table (durable rows; store.h), top to bottom:
  *	  rebuild.c		shared memory rebuilt from the table after a start
  *	  sweep.c		rows of ended leases deleted, restored rows' expiries moved

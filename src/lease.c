@@ -32,6 +32,7 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
+#include "grace.h"
 #include "lease.h"
 #include "settings.h"
 #include "store.h"
@@ -432,6 +433,7 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	bool		clears;
 	bool		no_token;
 	bool		by_lock_timeout;
+	bool		grace;
 
 	/* one deadline for the whole call, whatever it waits for */
 	int64		deadline = wait_deadline(timeout, dlock_mono_now(), &by_lock_timeout);
@@ -456,6 +458,8 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	if (req->durable)
 		xid = dlock_store_xid();
 	op = dlock_xact_begin(req);
+	/* after a promotion: nothing new until every lost lease has ended */
+	grace = dlock_grace_pending() && dlock_grace_holds();
 
 retry:
 	LWLockAcquire(lock, LW_EXCLUSIVE);
@@ -513,6 +517,19 @@ retry:
 		LWLockRelease(lock);
 		dlock_wake_all();
 		return extend(req, op, token, &row, durable, now);
+	}
+	else if (grace)
+	{
+		dlock_drop_if_unused(head);
+		LWLockRelease(lock);
+		dlock_wake_all();
+		if (!dlock_grace_wait(deadline, by_lock_timeout))
+		{
+			dlock_xact_forget(op);
+			return 0;
+		}
+		grace = false;
+		goto retry;
 	}
 	else if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, now))
 	{

@@ -133,6 +133,10 @@ port = $srv_port
 shared_preload_libraries = 'dlock'
 fsync = off
 log_min_messages = warning
+# no standby can exist, so ttls are not bounded by dlock.failover_grace; no
+# suite replicates
+wal_level = minimal
+max_wal_senders = 0
 CONF
 	for line in "$@"; do
 		printf '%s\n' "$line" >>"$tmp/data/postgresql.conf"
