@@ -447,6 +447,8 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	 * disk
 	 */
 	dlock_token_prefetch();
+	/* after a promotion: nothing new until every lost lease has ended */
+	grace = dlock_grace_pending() && dlock_grace_holds();
 	if (timeout != 0)
 		dlock_wait_prepare();
 
@@ -458,8 +460,6 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 	if (req->durable)
 		xid = dlock_store_xid();
 	op = dlock_xact_begin(req);
-	/* after a promotion: nothing new until every lost lease has ended */
-	grace = dlock_grace_pending() && dlock_grace_holds();
 
 retry:
 	LWLockAcquire(lock, LW_EXCLUSIVE);
