@@ -133,10 +133,9 @@ port = $srv_port
 shared_preload_libraries = 'dlock'
 fsync = off
 log_min_messages = warning
-# no standby can exist, so ttls are not bounded by dlock.failover_grace; no
-# suite replicates
-wal_level = minimal
-max_wal_senders = 0
+# ttls of hours and days (the fuzz's) on a server that could have standbys:
+# the grace's bound at the ttl limit never refuses them; no suite promotes
+dlock.failover_grace = '7d'
 CONF
 	for line in "$@"; do
 		printf '%s\n' "$line" >>"$tmp/data/postgresql.conf"
