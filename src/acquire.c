@@ -33,6 +33,7 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
+#include "grace.h"
 #include "grantwait.h"
 #include "lease.h"
 #include "settings.h"
@@ -258,6 +259,8 @@ typedef struct AcquireState
 								 * dlock_wait_deadline() */
 	bool		by_lock_timeout;	/* lock_timeout set the deadline */
 	bool		retried;		/* found the table full once already */
+	bool		grace;			/* after a promotion, nothing new is granted
+								 * yet (grace.c) */
 	TransactionId xid;			/* durable: the transaction of the grant */
 	DLockEntry *head;			/* under the lock: the name's head, or NULL */
 	int64		now;			/* under the lock: when it was taken */
@@ -295,6 +298,8 @@ acquire_prepare(AcquireState *a)
 	 * disk
 	 */
 	dlock_token_prefetch();
+	/* after a promotion: nothing new until every lost lease has ended */
+	a->grace = dlock_grace_pending() && dlock_grace_holds();
 	if (a->timeout != 0)
 		dlock_wait_prepare();
 
@@ -522,8 +527,26 @@ queue_and_wait(AcquireState *a)
 }
 
 /*
+ * During the grace after a promotion a lease the old primary granted may
+ * have been lost with WAL that never arrived, on any name: nothing new is
+ * granted until it ends (the caller's own restored lease was extended
+ * above).  The wait holds no lock and joins no queue.  Returns false: look
+ * again once the grace is over.
+ */
+static bool
+wait_for_grace(AcquireState *a)
+{
+	dlock_drop_if_unused(a->head);
+	acquire_unlock(a);
+	if (!dlock_grace_wait(a->deadline, a->by_lock_timeout))
+		return not_granted(a);
+	a->grace = false;
+	return false;
+}
+
+/*
  * One look at the name under its partition lock: its ended leases are
- * settled first, its kind checked, then the request goes one of four ways,
+ * settled first, its kind checked, then the request goes one of five ways,
  * each of which releases the lock.  Returns true when a->token is the
  * answer, false when the call must look again.
  */
@@ -555,6 +578,8 @@ acquire_look(AcquireState *a)
 
 	if ((lease = own_lease(head, req, a->now)) != NULL)
 		return extend_own(a, lease);
+	if (a->grace)
+		return wait_for_grace(a);
 	if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, a->now))
 		return grant_now(a);
 	if (a->timeout == 0)

@@ -12,6 +12,7 @@
 #include "storage/ipc.h"
 
 #include "engine.h"
+#include "grace.h"
 #include "settings.h"
 #include "store.h"
 #include "tokens.h"
@@ -38,9 +39,10 @@ dlock_shmem_request_hook(void)
 	size = add_size(size, dlock_token_shmem_size());
 	size = add_size(size, dlock_db_shmem_size());
 	size = add_size(size, dlock_wait_shmem_size());
+	size = add_size(size, dlock_grace_shmem_size());
 	RequestAddinShmemSpace(size);
-	/* the partition locks, then the token lock */
-	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 1);
+	/* the partition locks, then the token lock and the grace lock */
+	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 2);
 }
 
 static void
@@ -58,6 +60,7 @@ dlock_shmem_startup_hook(void)
 	dlock_token_shmem_init(&locks[DLOCK_PARTITIONS].lock);
 	dlock_db_shmem_init();
 	dlock_wait_shmem_init();
+	dlock_grace_shmem_init(&locks[DLOCK_PARTITIONS + 1].lock);
 	LWLockRelease(AddinShmemInitLock);
 }
 

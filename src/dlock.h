@@ -11,6 +11,8 @@
  *	acquire.c		acquiring a lease: granted, extended, queued
  *	lease.c			what a holder does with it: renew, release, force, fence
  *	xact.c			lease changes that follow the caller's transaction
+ *	grace.c			no new grant after a promotion until lost leases ended;
+ *					the ttl bound that needs (dlock.failover_grace)
  *	the store, the lease table (durable rows; store.h), top to bottom:
  *	  rebuild.c		shared memory rebuilt from the table after a start
  *	  sweep.c		rows of ended leases deleted, restored rows' expiries moved
