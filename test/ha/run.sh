@@ -1,0 +1,396 @@
+#!/usr/bin/env bash
+# test/ha/run.sh: dlock under a real failover manager (make ha, ~10 min).
+#
+# A one-member etcd (Debian etcd-server) and a three-member Patroni cluster
+# (Debian patroni, PostgreSQL 15, dlock preloaded on every member), under
+# load from 8 clients (test/ha/client.c), through faults:
+#
+#   switchover  patronictl switchover to a random replica
+#   kill        SIGKILL of every process of the leader: postmaster, backends
+#               and Patroni (the member dies; killing the postmaster alone
+#               makes Patroni restart it in place as primary, a crash restart
+#               rather than a failover); its Patroni starts again once
+#               another member leads
+#   stop        SIGSTOP of every process of the leader (Patroni, postmaster,
+#               backends) for ttl + 8 s, then SIGCONT
+#   cut         the leader's only network link goes down for ttl + 8 s: it
+#               can reach neither etcd, nor the other members, nor the clients
+#               (nor they it), then comes back
+# After kill, stop and cut the old primary rejoins as a standby with pg_rewind
+# (use_pg_rewind: true); the harness waits until all three members stream.
+# The whole sequence runs twice: with Patroni's synchronous_mode off, then on
+# (patronictl edit-config).  test/ha/check.py then reads the history of every
+# call and the final rows and prints one line:
+#   ha: <F> failovers, <S> switchovers, <G> grants, <W> fenced writes, <V> violations
+# and exits non-zero if V > 0.
+#
+# Network: everything runs in network namespaces this script makes (nothing
+# touches the host's network).  The script re-executes itself in a new network
+# namespace, the hub, which runs etcd (on 10.78.0.1, an address of the hub's
+# own loopback device), the clients and patronictl.  Each member runs in a
+# network namespace of its own, joined to the hub by one veth pair (member i
+# is 10.78.i.2, the hub's end 10.78.i.1; the hub forwards between them).
+# The addresses exist only inside these namespaces.  A cut is the hub's end
+# of the leader's veth pair set down.
+#
+# All processes and files live under test/tmp/ha (DLOCK_HA_DIR); on every
+# exit (normal, error, Ctrl-C, kill) every process of the member namespaces,
+# etcd and the clients are killed, and the namespaces vanish with them.
+# Runs as root (namespaces); PostgreSQL and Patroni run as postgres.
+# Run it inside your dlock build's environment (make install first).
+#
+# usage: test/ha/run.sh [--smoke | --two-holders]
+#   (default)      two rounds of every fault per replication mode (~10 min)
+#   --smoke        one fault of each kind per replication mode (~3 min)
+#   --two-holders  the focused scenario of issue 28 (~40 s): the leader's
+#                  walsenders stop (SIGSTOP), c1 takes a lease for 60 s on
+#                  the leader, the leader is killed, Patroni promotes a
+#                  replica, c2 asks for the same name; the checker must
+#                  report two holders unless the new primary holds back
+set -uo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+mode=full
+case "${1:-}" in
+	"") ;;
+	--smoke) mode=smoke ;;
+	--two-holders) mode=two-holders ;;
+	*) echo "usage: $0 [--smoke | --two-holders]" >&2; exit 2 ;;
+esac
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "ha: must run as root (it makes network namespaces)" >&2
+	exit 2
+fi
+# Re-execute in a network namespace of our own (the hub); --kill-child takes
+# the hub's processes down with unshare if this script is killed outright.
+if [[ -z "${DLOCK_HA_HUB:-}" ]]; then
+	exec env DLOCK_HA_HUB=1 unshare --net --fork --kill-child -- bash "$0" "$@"
+fi
+
+# Debian's python3 (psycopg, Patroni), not another found first in PATH
+export PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH
+D=${DLOCK_HA_DIR:-$top/test/tmp/ha}
+BIN=$(pg_config --bindir)
+TTL=20 LOOP_WAIT=2 RETRY_TIMEOUT=4	# Patroni's minimum ttl is 20
+NAMES=(a b c)
+NCLIENTS=8
+conninfo="host=10.78.1.2,10.78.2.2,10.78.3.2 port=5432,5432,5432 dbname=postgres user=postgres target_session_attrs=read-write connect_timeout=2 tcp_user_timeout=3000 keepalives_idle=2 keepalives_interval=1 keepalives_count=2"
+PCTL=(patronictl -c "$D/m1/patroni.yml")
+
+declare -a holder
+etcd_pid=""
+client_pids=()
+t0=$(date +%s)
+
+log() { printf '[%4ds] %s\n' $(($(date +%s) - t0)) "$*" | tee -a "$D/events.log"; }
+die() { log "FAILED: $*"; exit 1; }
+# a fault event for the checker: mono wall kind member
+event() { python3 -c 'import sys, time; print("%.6f %.6f %s %s" % (time.monotonic(), time.time(), sys.argv[1], sys.argv[2]))' "$1" "$2" >>"$D/faults"; }
+
+# every process in the network namespace of member $1
+member_procs() {
+	local ns pid
+	ns=$(readlink "/proc/${holder[$1]}/ns/net" 2>/dev/null) || return 0
+	for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+		[[ $(readlink "/proc/$pid/ns/net" 2>/dev/null) == "$ns" ]] && echo "$pid"
+	done
+}
+
+cleanup() {
+	local rc=$? i p
+	trap - EXIT INT TERM HUP
+	for p in "${client_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	for i in 1 2 3; do
+		[[ -n "${holder[$i]:-}" ]] || continue
+		for p in $(member_procs "$i"); do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+	done
+	[[ -n "$etcd_pid" ]] && kill -KILL "$etcd_pid" 2>/dev/null
+	wait 2>/dev/null
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# ------------------------------------------------------------ network
+rm -rf "$D"; mkdir -p "$D"; chown postgres: "$D"
+: >"$D/faults"
+ip link set lo up
+ip addr add 10.78.0.1/32 dev lo
+echo 1 >/proc/sys/net/ipv4/ip_forward
+for i in 1 2 3; do
+	unshare --net sleep infinity &
+	holder[$i]=$!
+	disown
+	sleep 0.1
+	ip link add "h$i" type veth peer name "m$i"
+	ip link set "m$i" netns "${holder[$i]}"
+	ip addr add "10.78.$i.1/24" dev "h$i"
+	ip link set "h$i" up
+	nsenter -t "${holder[$i]}" --net sh -c "ip link set lo up && ip addr add 10.78.$i.2/24 dev m$i && ip link set m$i up && ip route add default via 10.78.$i.1" || die "network of m$i"
+done
+
+# ------------------------------------------------------------ etcd
+setsid etcd --name e1 --data-dir "$D/etcd" \
+	--listen-client-urls http://10.78.0.1:2379 --advertise-client-urls http://10.78.0.1:2379 \
+	--listen-peer-urls http://10.78.0.1:2380 --initial-advertise-peer-urls http://10.78.0.1:2380 \
+	--initial-cluster e1=http://10.78.0.1:2380 >"$D/etcd.log" 2>&1 &
+etcd_pid=$!
+disown
+
+# ------------------------------------------------------------ patroni
+for i in 1 2 3; do
+	mkdir -p "$D/m$i"
+	cat >"$D/m$i/patroni.yml" <<YML
+scope: dlockha
+namespace: /dlockha/
+name: m$i
+log: {level: INFO}
+restapi: {listen: "10.78.$i.2:8008", connect_address: "10.78.$i.2:8008"}
+etcd3: {hosts: ["10.78.0.1:2379"]}
+bootstrap:
+  dcs:
+    ttl: $TTL
+    loop_wait: $LOOP_WAIT
+    retry_timeout: $RETRY_TIMEOUT
+    maximum_lag_on_failover: 16777216
+    synchronous_mode: false
+    postgresql:
+      use_pg_rewind: true
+      use_slots: true
+      parameters:
+        shared_preload_libraries: dlock
+        wal_log_hints: "on"
+        max_connections: 40
+        shared_buffers: 32MB
+        wal_keep_size: 256MB
+        max_wal_senders: 8
+        max_replication_slots: 8
+        hot_standby: "on"
+        fsync: "off"
+  initdb: [{encoding: UTF8}, {locale: C}]
+  pg_hba:
+    - local all all trust
+    - host replication replicator 10.78.0.0/16 trust
+    - host all all 10.78.0.0/16 trust
+postgresql:
+  listen: "10.78.$i.2:5432"
+  connect_address: "10.78.$i.2:5432"
+  data_dir: $D/m$i/data
+  bin_dir: $BIN
+  pgpass: $D/m$i/pgpass
+  authentication:
+    superuser: {username: postgres, password: dlock}
+    replication: {username: replicator, password: dlock}
+    rewind: {username: postgres, password: dlock}
+  parameters:
+    unix_socket_directories: "$D/m$i"
+tags: {nofailover: false, noloadbalance: false, clonefrom: false, nosync: false}
+YML
+done
+chown -R postgres: "$D"
+
+start_member() {
+	nsenter -t "${holder[$1]}" --net runuser -u postgres -- setsid patroni "$D/m$1/patroni.yml" >>"$D/m$1/patroni.log" 2>&1 &
+	disown
+}
+
+# member number of the current leader (empty if none)
+leader() {
+	"${PCTL[@]}" list -f json 2>/dev/null | python3 -c '
+import json,sys
+for m in json.load(sys.stdin):
+    if m["Role"]=="Leader" and m["State"]=="running": print(m["Member"][1:])' 2>/dev/null
+}
+
+# waits until there is a leader and, with $1 = all, every member streams
+wait_healthy() {
+	local want=${1:-all} deadline=$(($(date +%s) + ${2:-120})) out
+	while (($(date +%s) < deadline)); do
+		out=$("${PCTL[@]}" list -f json 2>/dev/null | python3 -c '
+import json,sys
+ms=json.load(sys.stdin)
+l=[m for m in ms if m["Role"]=="Leader" and m["State"]=="running"]
+r=[m for m in ms if m["Role"]!="Leader" and m["State"] in ("streaming","running") and m.get("Lag in MB",0) in (0,"0")]
+print(len(l), len(r))' 2>/dev/null)
+		if [[ "$want" == all && "$out" == "1 2" ]] || [[ "$want" == leader && "$out" == 1* ]]; then
+			return 0
+		fi
+		sleep 1
+	done
+	"${PCTL[@]}" list >>"$D/events.log" 2>&1
+	return 1
+}
+
+psql_leader() {
+	"$BIN/psql" -X -q -v ON_ERROR_STOP=1 -At "$conninfo" "$@"
+}
+
+log "starting etcd and 3 Patroni members under $D"
+for i in 1 2 3; do start_member "$i"; sleep 1; done
+wait_healthy all 180 || die "the cluster did not come up"
+log "cluster up, leader m$(leader)"
+
+psql_leader <<'SQL' || die "setup SQL"
+CREATE EXTENSION dlock;
+CREATE TABLE ha_a (token bigint NOT NULL, seq bigint NOT NULL, writer text);
+CREATE TABLE ha_b (token bigint NOT NULL, seq bigint NOT NULL, writer text);
+CREATE TABLE ha_c (token bigint NOT NULL, seq bigint NOT NULL, writer text);
+INSERT INTO ha_a VALUES (0, 0, NULL); INSERT INTO ha_b VALUES (0, 0, NULL); INSERT INTO ha_c VALUES (0, 0, NULL);
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON ha_a FOR EACH ROW EXECUTE FUNCTION dlock_fenced('a', 'token');
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON ha_b FOR EACH ROW EXECUTE FUNCTION dlock_fenced('b', 'token');
+CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON ha_c FOR EACH ROW EXECUTE FUNCTION dlock_fenced('c', 'token');
+SQL
+
+gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I"$(pg_config --includedir)" \
+	-o "$D/client" "$top/test/ha/client.c" -L"$(pg_config --libdir)" -lpq || die "client build"
+
+# ------------------------------------------------------------ faults
+set_sync() {
+	"${PCTL[@]}" edit-config --force -s "synchronous_mode=$1" >/dev/null 2>&1 || die "edit-config synchronous_mode=$1"
+	event "sync_$1" -
+	log "synchronous_mode: $1"
+	sleep 6
+	wait_healthy all 120 || die "cluster not healthy after synchronous_mode=$1"
+}
+
+# the postmaster's pid of member $1
+postmaster_pid() { head -1 "$D/m$1/data/postmaster.pid" 2>/dev/null; }
+
+fault_switchover() {
+	local l c
+	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	for c in 1 2 3; do [[ $c != "$l" ]] && break; done
+	(( RANDOM % 2 )) && for c in 3 2 1; do [[ $c != "$l" ]] && break; done
+	log "switchover m$l -> m$c"
+	event switchover "m$l"
+	"${PCTL[@]}" switchover --leader "m$l" --candidate "m$c" --force >>"$D/events.log" 2>&1 ||
+		log "switchover refused (see events.log)"
+}
+
+fault_kill() {
+	local l
+	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	fault_kill_only "$l"
+	wait_for_new_leader "$l"
+	log "m$l starts again (pg_rewind)"
+	event rejoin "m$l"
+	start_member "$l"
+}
+
+fault_stop() {
+	local l p
+	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	log "stop: SIGSTOP of every process of m$l for $((TTL + 8)) s"
+	event stop "m$l"
+	for p in $(member_procs "$l"); do [[ $p != "${holder[$l]}" ]] && kill -STOP "$p"; done
+	sleep $((TTL + 8))
+	for p in $(member_procs "$l"); do kill -CONT "$p"; done
+	log "m$l continues"
+	event rejoin "m$l"
+}
+
+fault_cut() {
+	local l
+	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	log "cut: m$l's link down for $((TTL + 8)) s"
+	event cut "m$l"
+	ip link set "h$l" down
+	sleep $((TTL + 8))
+	ip link set "h$l" up
+	ip addr add "10.78.$l.1/24" dev "h$l" 2>/dev/null
+	log "m$l's link up"
+	event rejoin "m$l"
+}
+
+wait_for_new_leader() {
+	local old=$1 deadline=$(($(date +%s) + 90)) l
+	while (($(date +%s) < deadline)); do
+		l=$(leader)
+		[[ -n "$l" && "$l" != "$old" ]] && { log "new leader m$l"; event promoted "m$l"; return 0; }
+		sleep 1
+	done
+	die "no new leader after m$old"
+}
+
+after_fault() {
+	wait_healthy all 150 || die "the cluster did not heal"
+	log "healthy: leader m$(leader), 2 replicas streaming"
+	sleep 3
+}
+
+start_clients() {
+	local secs=$1 i ttl
+	for ((i = 1; i <= NCLIENTS; i++)); do
+		# half churn short leases, half hold leases longer than a failover
+		if ((i <= NCLIENTS / 2)); then ttl=4; else ttl=45; fi
+		setsid "$D/client" "$i" "$conninfo" "$D/history.c$i" "$secs" "$ttl" "${NAMES[@]}" 2>>"$D/clients.err" &
+		client_pids+=($!)
+		echo "c$i $ttl" >>"$D/clients"
+	done
+}
+
+stop_clients() {
+	local p
+	for p in "${client_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "${client_pids[@]}"; do wait "$p" 2>/dev/null; done
+	client_pids=()
+}
+
+two_holders() {
+	local l i p
+	l=$(leader)
+	echo "c1 60" >"$D/clients"; echo "c2 60" >>"$D/clients"
+	log "two-holders: the leader m$l stops sending WAL (SIGSTOP of its walsenders)"
+	for p in $(member_procs "$l"); do
+		grep -qa 'walsender' "/proc/$p/cmdline" 2>/dev/null && kill -STOP "$p"
+	done
+	sleep 1
+	# one grant by c1 on the leader, recorded like the clients' calls
+	python3 "$top/test/ha/call.py" "$D/history.c1" c1 a 60 "$conninfo" || die "c1's grant"
+	log "c1's grant: $(tail -1 "$D/history.c1")"
+	fault_kill_only "$l"
+	wait_for_new_leader "$l"
+	python3 "$top/test/ha/call.py" "$D/history.c2" c2 a 60 "$conninfo"
+	log "c2's grant: $(tail -1 "$D/history.c2")"
+}
+
+# SIGKILL of every process of member $1 (Patroni, postmaster, backends)
+fault_kill_only() {
+	local p
+	log "kill: SIGKILL of every process of m$1 (postmaster $(postmaster_pid "$1"), Patroni)"
+	event kill "m$1"
+	for p in $(member_procs "$1"); do [[ $p != "${holder[$1]}" ]] && kill -KILL "$p" 2>/dev/null; done
+}
+
+# ------------------------------------------------------------ run
+case $mode in
+	full) rounds=2 ;;
+	smoke) rounds=1 ;;
+	two-holders) rounds=0 ;;
+esac
+
+if [[ $mode == two-holders ]]; then
+	two_holders
+else
+	start_clients 100000
+	sleep 5
+	for sync in false true; do
+		[[ $sync == true ]] && set_sync true
+		for ((r = 0; r < rounds; r++)); do
+			for f in switchover kill stop cut; do
+				"fault_$f"
+				after_fault
+			done
+		done
+	done
+	sleep 3
+	stop_clients
+fi
+
+# ------------------------------------------------------------ check
+wait_healthy leader 60 || log "no leader at the end"
+psql_leader -c "SELECT 'row', 'a', token, seq FROM ha_a UNION ALL SELECT 'row', 'b', token, seq FROM ha_b UNION ALL SELECT 'row', 'c', token, seq FROM ha_c" -F ' ' >"$D/final" 2>&1
+psql_leader -c "SELECT 'lease', name, owner, token FROM dlock_locks" -F ' ' >>"$D/final" 2>&1
+log "$(($(date +%s) - t0)) s; checking"
+python3 "$top/test/ha/check.py" "$D"
