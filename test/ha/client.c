@@ -115,7 +115,7 @@ run(const char *sql, char *out, size_t outlen)
 	PGresult   *res;
 	int			lost = 0;
 
-	snprintf(out, outlen, "ERR:none");
+	out[0] = '\0';
 	if (!conn || !PQsendQuery(conn, sql))
 	{
 		snprintf(out, outlen, "ERR:conn");
@@ -148,11 +148,11 @@ run(const char *sql, char *out, size_t outlen)
 		switch (PQresultStatus(res))
 		{
 			case PGRES_TUPLES_OK:
-				if (PQntuples(res) > 0 && strncmp(out, "ERR:", 4) != 0)
-					snprintf(out, outlen, "%s",
-							 PQgetisnull(res, PQntuples(res) - 1, 0) ? "NULL" :
-							 PQgetvalue(res, PQntuples(res) - 1, 0));
-				else if (strcmp(out, "ERR:none") == 0)
+				if (strncmp(out, "ERR:", 4) == 0)
+					break;
+				if (PQntuples(res) > 0 && !PQgetisnull(res, PQntuples(res) - 1, 0))
+					snprintf(out, outlen, "%s", PQgetvalue(res, PQntuples(res) - 1, 0));
+				else
 					snprintf(out, outlen, "NULL");
 				break;
 			case PGRES_COMMAND_OK:
@@ -168,7 +168,7 @@ run(const char *sql, char *out, size_t outlen)
 		}
 		PQclear(res);
 	}
-	if (strcmp(out, "ERR:none") == 0)
+	if (out[0] == '\0')
 		snprintf(out, outlen, "ok");
 	if (lost || PQstatus(conn) != CONNECTION_OK)
 	{
