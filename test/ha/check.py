@@ -22,9 +22,10 @@ DIR/final (the rows and leases on the last leader), and checks:
           returning NULL and no DL001 before the lease's TTL (from the last
           success) had run out; and every row holds at least the token of the
           last write acknowledged under synchronous_mode
-Prints the violations, a line per fault (unavailability: last successful grant
-on the old leader to the first on another member; leases live at the fault
-and what became of them), and the summary line; exits 1 if any violation.
+Prints the violations, a line per fault (unavailability: last answer of any
+kind, a grant's token or NULL, a renewal or a write, on the old leader to the
+first on another member, and the same for grants that returned a token; leases
+live at the fault and what became of them), and the summary line; exits 1 if any violation.
 """
 import bisect
 import glob
@@ -174,6 +175,7 @@ if sync_on is not None:
               % (name, final[name], max(acked)))
 
 # per fault: unavailability and leases kept
+answered = sorted([x for x in calls if x["op"] != "connect" and not x["r"].startswith("ERR")], key=lambda x: x["m1"])
 nfail = nswitch = 0
 for i, f in enumerate(faults):
     if f["kind"] not in ("switchover", "kill", "stop", "cut"):
@@ -190,12 +192,17 @@ for i, f in enumerate(faults):
     first_new = nxt[0]["m1"]
     before = [g for g in grants if g["host"] == old and g["m1"] < first_new]
     last_old = before[-1]["m1"] if before else f["m"]
+    # answers of any kind (a grant's token or NULL, a renewal, a write)
+    ans_new = [x["m1"] for x in answered if x["m1"] > f["m"] and x["host"] != old]
+    ans_old = [x["m1"] for x in answered if x["host"] == old and ans_new and x["m1"] < ans_new[0]]
+    gap = (ans_new[0] - (ans_old[-1] if ans_old else f["m"])) if ans_new else float("nan")
     live = [h for h in holds if h["start"] < f["m"] < h["end"]]
     kept = [h for h in live if any(r > first_new for r in h["renewed"])]
     gone = [h for h in live if h in lost]
     mode = "sync" if sync_on is not None and f["m"] > sync_on else "async"
-    print("fault %-10s %s at %.3f (%s): unavailable %.1f s; leases live %d, kept (renewed on the new leader) %d, lost %d"
-          % (f["kind"], f["member"], f["m"], mode, first_new - last_old, len(live), len(kept), len(gone)))
+    print("fault %-10s %s at %.3f (%s): unavailable %.1f s (no answer), %.1f s (no grant); "
+          "leases live %d, kept (renewed on the new leader) %d, lost %d"
+          % (f["kind"], f["member"], f["m"], mode, gap, first_new - last_old, len(live), len(kept), len(gone)))
 
 nwrites = len(writes)
 print("ha: %d failovers, %d switchovers, %d grants, %d fenced writes, %d violations"

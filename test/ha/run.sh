@@ -17,7 +17,11 @@
 #               can reach neither etcd, nor the other members, nor the clients
 #               (nor they it), then comes back
 # After kill, stop and cut the old primary rejoins as a standby with pg_rewind
-# (use_pg_rewind: true); the harness waits until all three members stream.
+# (use_pg_rewind: true).  After every fault the harness waits, at most HEAL
+# seconds, until the cluster has healed (test/ha/heal.py, read from
+# PostgreSQL on every member: one primary, the DCS leader; both others stream
+# from it on its timeline, rewound if need be, and have caught up), else it
+# fails naming the member and what did not heal.
 # The whole sequence runs twice: with Patroni's synchronous_mode off, then on
 # (patronictl edit-config).  test/ha/check.py then reads the history of every
 # call and the final rows and prints one line:
@@ -72,13 +76,15 @@ fi
 export PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH
 D=${DLOCK_HA_DIR:-$top/test/tmp/ha}
 BIN=$(pg_config --bindir)
-TTL=20 LOOP_WAIT=2 RETRY_TIMEOUT=4	# Patroni's minimum ttl is 20
+TTL=20 LOOP_WAIT=1 RETRY_TIMEOUT=4	# Patroni's minimums: ttl 20, loop_wait 1, retry_timeout 3
+HEAL=90	# seconds a fault's aftermath may take to heal
 NAMES=(a b c)
 NCLIENTS=8
 conninfo="host=10.78.1.2,10.78.2.2,10.78.3.2 port=5432,5432,5432 dbname=postgres user=postgres target_session_attrs=read-write connect_timeout=2 tcp_user_timeout=3000 keepalives_idle=2 keepalives_interval=1 keepalives_count=2"
 PCTL=(patronictl -c "$D/m1/patroni.yml")
 
 declare -a holder
+old=""	# the leader the last fault hit
 etcd_pid=""
 client_pids=()
 t0=$(date +%s)
@@ -172,6 +178,12 @@ bootstrap:
         max_replication_slots: 8
         hot_standby: "on"
         fsync: "off"
+        # a cut leader's shutdown (Patroni demotes it) waits for its
+        # walsenders to deliver the shutdown checkpoint: without a short
+        # timeout it hangs for a minute and Patroni 3.0.2 then runs pg_rewind
+        # (and removes the data directory) under a postmaster still running
+        wal_sender_timeout: 5s
+        wal_receiver_timeout: 5s
   initdb: [{encoding: UTF8}, {locale: C}]
   pg_hba:
     - local all all trust
@@ -207,28 +219,28 @@ for m in json.load(sys.stdin):
     if m["Role"]=="Leader" and m["State"]=="running": print(m["Member"][1:])' 2>/dev/null
 }
 
-# waits until there is a leader and, with $1 = all, both replicas stream on
-# its timeline with no lag and the leader's walsenders to both stream
-# (Patroni 3.0.2 shows a replica still being rewound as "running")
-wait_healthy() {
-	local want=${1:-all} deadline=$(($(date +%s) + ${2:-120})) out
+# waits until there is a leader (the checks at the end)
+wait_leader() {
+	local deadline=$(($(date +%s) + $1))
 	while (($(date +%s) < deadline)); do
-		out=$("${PCTL[@]}" list -f json 2>/dev/null | python3 -c '
-import json,sys
-ms=json.load(sys.stdin)
-l=[m for m in ms if m["Role"]=="Leader" and m["State"]=="running"]
-tl=l[0].get("TL") if l else None
-r=[m for m in ms if m["Role"]!="Leader" and m["State"] in ("running","streaming") and m.get("TL")==tl and m.get("Lag in MB",0) in (0,"0")]
-print(len(l), len(r))' 2>/dev/null)
-		if [[ "$want" == all && "$out" == "1 2" &&
-			$(psql_leader -c "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'" 2>/dev/null) == 2 ]] ||
-			[[ "$want" == leader && "$out" == 1* ]]; then
-			return 0
-		fi
+		[[ -n "$(leader)" ]] && return 0
 		sleep 1
 	done
-	"${PCTL[@]}" list >>"$D/events.log" 2>&1
 	return 1
+}
+
+# waits (at most $1 s) until the cluster has healed (test/ha/heal.py: one
+# primary, the DCS leader; both others stream from it on its timeline and
+# have caught up); $2 names the old leader; dies naming what did not heal
+heal() {
+	local out
+	out=$(python3 "$top/test/ha/heal.py" "$1" "${2:-}" 2>&1)
+	local rc=$?
+	log "$out"
+	if ((rc != 0)); then
+		"${PCTL[@]}" list >>"$D/events.log" 2>&1
+		die "the cluster did not heal ${3:-}"
+	fi
 }
 
 psql_leader() {
@@ -237,7 +249,7 @@ psql_leader() {
 
 log "starting etcd and 3 Patroni members under $D"
 for i in 1 2 3; do start_member "$i"; sleep 1; done
-wait_healthy all 180 || die "the cluster did not come up"
+heal 180 "" "at start"
 log "cluster up, leader m$(leader)"
 
 psql_leader <<'SQL' || die "setup SQL"
@@ -259,8 +271,8 @@ set_sync() {
 	"${PCTL[@]}" edit-config --force -s "synchronous_mode=$1" >/dev/null 2>&1 || die "edit-config synchronous_mode=$1"
 	event "sync_$1" -
 	log "synchronous_mode: $1"
-	sleep 6
-	wait_healthy all 120 || die "cluster not healthy after synchronous_mode=$1"
+	sleep 3
+	heal "$HEAL" "" "after synchronous_mode=$1"
 }
 
 # the postmaster's pid of member $1
@@ -269,6 +281,7 @@ postmaster_pid() { head -1 "$D/m$1/data/postmaster.pid" 2>/dev/null; }
 fault_switchover() {
 	local l
 	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	old=$l
 	# no candidate: Patroni picks one (under synchronous_mode, the sync standby)
 	log "switchover from m$l"
 	event switchover "m$l"
@@ -279,6 +292,7 @@ fault_switchover() {
 fault_kill() {
 	local l
 	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	old=$l
 	fault_kill_only "$l"
 	wait_for_new_leader "$l"
 	log "m$l starts again (pg_rewind)"
@@ -289,6 +303,7 @@ fault_kill() {
 fault_stop() {
 	local l p
 	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	old=$l
 	log "stop: SIGSTOP of every process of m$l for $((TTL + 8)) s"
 	event stop "m$l"
 	for p in $(member_procs "$l"); do [[ $p != "${holder[$l]}" ]] && kill -STOP "$p"; done
@@ -301,6 +316,7 @@ fault_stop() {
 fault_cut() {
 	local l
 	l=$(leader); [[ -n "$l" ]] || die "no leader"
+	old=$l
 	log "cut: m$l's link down for $((TTL + 8)) s"
 	event cut "m$l"
 	ip link set "h$l" down
@@ -322,8 +338,7 @@ wait_for_new_leader() {
 }
 
 after_fault() {
-	wait_healthy all 150 || die "the cluster did not heal"
-	log "healthy: leader m$(leader), 2 replicas streaming"
+	heal "$HEAL" "m$old" "after the $1 of m$old"
 	sleep 3
 }
 
@@ -388,7 +403,7 @@ else
 		for ((r = 0; r < rounds; r++)); do
 			for f in switchover kill stop cut; do
 				"fault_$f"
-				after_fault
+				after_fault "$f"
 			done
 		done
 	done
@@ -397,7 +412,7 @@ else
 fi
 
 # ------------------------------------------------------------ check
-wait_healthy leader 60 || log "no leader at the end"
+wait_leader 60 || log "no leader at the end"
 psql_leader -c "SELECT 'row', 'a', token, seq FROM ha_a UNION ALL SELECT 'row', 'b', token, seq FROM ha_b UNION ALL SELECT 'row', 'c', token, seq FROM ha_c" -F ' ' >"$D/final" 2>&1
 psql_leader -c "SELECT 'lease', name, owner, token FROM dlock_locks" -F ' ' >>"$D/final" 2>&1
 log "$(($(date +%s) - t0)) s; checking"
