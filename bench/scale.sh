@@ -57,6 +57,8 @@ unix_socket_directories = '$SOCK'
 shared_preload_libraries = 'dlock'
 dlock.durable = off
 max_connections = 20
+# fills with leases of an hour: the grace's bound at the ttl limit allows them
+dlock.failover_grace = '7d'
 EOF
 
 start_pg() {  # max_locks

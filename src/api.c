@@ -24,6 +24,7 @@
 
 #include "args.h"
 #include "compat.h"
+#include "grace.h"
 #include "lease.h"
 #include "settings.h"
 #include "store.h"
@@ -84,7 +85,11 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
 	int64		ttl;
 
 	if (PG_ARGISNULL(argno))
-		return (int64) dlock_default_ttl_ms * 1000;
+	{
+		ttl = (int64) dlock_default_ttl_ms * 1000;
+		dlock_grace_check_ttl(ttl, dlock_durable);
+		return ttl;
+	}
 
 	span = PG_GETARG_INTERVAL_P(argno);
 	if (INTERVAL_NOT_FINITE(span))
@@ -102,6 +107,7 @@ ttl_arg(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be positive")));
+	dlock_grace_check_ttl(ttl, dlock_durable);
 	return ttl;
 }
 
@@ -672,7 +678,7 @@ dlock_sweep(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 	} while (next != 0 && next <= dlock_mono_now());
 
-	PG_RETURN_INT64(mine + dlock_store_sweep_rows());
+	PG_RETURN_INT64(mine + dlock_store_sweep_rows(false));
 }
 
 Datum

@@ -2,7 +2,7 @@
  * args.c
  *		What the SQL entry points (api.c, fence.c) check first: the preload,
  *		and their arguments (names, owners, intervals); the interval
- *		conversion serves the lease table's rebuild too.
+ *		conversion serves the lease table's rebuild (rebuild.c) too.
  *
  * Below every file that uses it: it calls only into engine.c.
  */

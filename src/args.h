@@ -2,7 +2,7 @@
  * args.h
  *		What the SQL entry points check first: the preload and their
  *		arguments; shared by api.c and fence.c (and the interval conversion
- *		by store.c).
+ *		by rebuild.c).
  */
 #ifndef DLOCK_ARGS_H
 #define DLOCK_ARGS_H

@@ -12,6 +12,7 @@
 #include "storage/ipc.h"
 
 #include "engine.h"
+#include "grace.h"
 #include "settings.h"
 #include "store.h"
 #include "tokens.h"
@@ -33,12 +34,15 @@ dlock_shmem_request_hook(void)
 
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
+	size = add_size(size, dlock_counters_shmem_size());
+	size = add_size(size, dlock_watch_shmem_size());
 	size = add_size(size, dlock_token_shmem_size());
 	size = add_size(size, dlock_db_shmem_size());
 	size = add_size(size, dlock_wait_shmem_size());
+	size = add_size(size, dlock_grace_shmem_size());
 	RequestAddinShmemSpace(size);
-	/* the partition locks, then the token lock */
-	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 1);
+	/* the partition locks, then the token lock and the grace lock */
+	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 2);
 }
 
 static void
@@ -51,9 +55,12 @@ dlock_shmem_startup_hook(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	locks = GetNamedLWLockTranche("dlock");
 	dlock_engine_shmem_init(locks);
+	dlock_counters_shmem_init();
+	dlock_watch_shmem_init();
 	dlock_token_shmem_init(&locks[DLOCK_PARTITIONS].lock);
 	dlock_db_shmem_init();
 	dlock_wait_shmem_init();
+	dlock_grace_shmem_init(&locks[DLOCK_PARTITIONS + 1].lock);
 	LWLockRelease(AddinShmemInitLock);
 }
 

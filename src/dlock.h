@@ -8,12 +8,25 @@
  *	dlock.c			module load: settings, worker, setup of all shared memory
  *	api.c, fence.c	SQL entry points, views
  *	worker.c		the background worker: expiries, sweeps
- *	lease.c			the rules of a lease: acquire, renew, release, fence
+ *	acquire.c		acquiring a lease: granted, extended, queued
+ *	lease.c			what a holder does with it: renew, release, force, fence
  *	xact.c			lease changes that follow the caller's transaction
- *	store.c			the lease table (durable rows) and its rebuild
+ *	grace.c			no new grant after a promotion until lost leases ended;
+ *					the ttl bound that needs (dlock.failover_grace)
+ *	the store, the lease table (durable rows; store.h), top to bottom:
+ *	  rebuild.c		shared memory rebuilt from the table after a start
+ *	  sweep.c		rows of ended leases deleted, restored rows' expiries moved
+ *	  rows.c		a lease's row writes, and what their commit waits for
+ *	  floor.c		the per-database token floor (dlock_token_floor)
+ *	  dbslots.c		per-database slots; drops of a database or the extension
+ *	  table.c		the table's lookup, SPI as its owner, direct-path shape
  *	args.c			the entry points' checks (args.h): preload, arguments
+ *	grantwait.c		acting on another session's lease: the wait for its
+ *					granting transaction, the bound on pinners
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
  *	engine.c		the partitioned shared hash of leases, expiry heaps
+ *	counters.c		the cumulative counters of dlock_stats
+ *	watch.c			the expiry watcher: when the worker looks next, its wake-up
  *	tokens.c		fencing tokens that never go backwards
  *	settings.c		the settings (GUCs, settings.h), read by every layer
  *

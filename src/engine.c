@@ -8,6 +8,9 @@
  * kept exact with an atomic counter because a shared dynahash may borrow
  * spare shared memory beyond its nominal size.  Each database's entries are
  * counted too, for dlock.max_locks_per_database.
+ *
+ * What it counts for dlock_stats is counters.c's, and the process it wakes
+ * when a partition's earliest expiry moves is watch.c's: both below it.
  */
 #include "postgres.h"
 
@@ -20,7 +23,6 @@
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
-#include "storage/spin.h"
 #include "utils/timestamp.h"
 
 #include "engine.h"
@@ -31,7 +33,7 @@ typedef struct DLockShared
 {
 	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
 	pg_atomic_uint32 nentries;
-	/* entries per database, by the slot store.c gave the database */
+	/* entries per database, by the slot dbslots.c gave the database */
 	pg_atomic_uint32 db_entries[DLOCK_MAX_DATABASES];
 	/*
 	 * per database: rows that ended leases left for the sweeper, counted
@@ -42,12 +44,6 @@ typedef struct DLockShared
 	pg_atomic_uint32 db_dead_swept[DLOCK_MAX_DATABASES];
 	/* per partition: its held, unpinned leases by expiry, earliest first */
 	pairingheap heaps[DLOCK_PARTITIONS];
-	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
-	slock_t		stats_mutex;
-	uint64		stats_reset_at[DLOCK_NUM_STATS];	/* values at last reset */
-	/* the process that ends leases on time (the worker), if any */
-	Latch	   *watcher;
-	pg_atomic_uint64 watch_at;	/* when it looks next, or DLOCK_WATCH_* */
 } DLockShared;
 
 
@@ -98,7 +94,7 @@ partition_heap(int partition)
 	return heap;
 }
 
-/* this backend's database slot (store.c's), whose entries it counts */
+/* this backend's database slot (dbslots.c's), whose entries it counts */
 static int	my_db = -1;
 
 void
@@ -188,14 +184,6 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 			pg_atomic_init_u32(&shared->db_dead_rows[i], 0);
 			pg_atomic_init_u32(&shared->db_dead_swept[i], 0);
 		}
-		for (int i = 0; i < DLOCK_NUM_STATS; i++)
-		{
-			pg_atomic_init_u64(&shared->stats[i], 0);
-			shared->stats_reset_at[i] = 0;
-		}
-		SpinLockInit(&shared->stats_mutex);
-		shared->watcher = NULL;
-		pg_atomic_init_u64(&shared->watch_at, DLOCK_WATCH_NEVER);
 		for (int i = 0; i < DLOCK_PARTITIONS; i++)
 		{
 			shared->heaps[i].ph_compare = expiry_cmp;
@@ -547,49 +535,6 @@ dlock_is_free(const DLockEntry *entry, int64 now)
 		dlock_free_at(entry) <= now;
 }
 
-/*
- * The watcher: one process (the worker) that ends leases when they fall
- * due.  The engine wakes it when a partition's earliest lease changes and it
- * would otherwise sleep past it; it never calls the worker's code.
- */
-void
-dlock_watch_expiries(Latch *latch)
-{
-	shared->watcher = latch;
-	pg_atomic_write_u64(&shared->watch_at, DLOCK_WATCH_NEVER);
-}
-
-void
-dlock_watch_at(uint64 watch_at)
-{
-	pg_atomic_write_u64(&shared->watch_at, watch_at);
-}
-
-void
-dlock_wake_watcher(void)
-{
-	Latch	   *latch = shared->watcher;
-
-	if (latch != NULL)
-		SetLatch(latch);
-}
-
-static void
-expiry_moved(int64 free_at)
-{
-	uint64		watch_at = pg_atomic_read_u64(&shared->watch_at);
-
-	if (watch_at == DLOCK_WATCH_NEVER)
-		return;					/* disabled (or not running): nothing to time */
-	if (watch_at == DLOCK_WATCH_AWAKE)
-		dlock_wake_watcher();
-	else if (watch_at == DLOCK_WATCH_IDLE || (uint64) free_at < watch_at)
-	{
-		pg_atomic_write_u64(&shared->watch_at, (uint64) free_at);
-		dlock_wake_watcher();
-	}
-}
-
 /* Puts the entry where it belongs in its partition's expiry heap. */
 static void
 heap_update(DLockEntry *entry)
@@ -603,7 +548,7 @@ heap_update(DLockEntry *entry)
 	{
 		pairingheap_add(heap, &entry->heap_node);
 		if (pairingheap_first(heap) == &entry->heap_node)
-			expiry_moved(dlock_free_at(entry));
+			dlock_expiry_moved(dlock_free_at(entry));
 	}
 }
 
@@ -909,30 +854,6 @@ dlock_next_free_at(DLockEntry *head)
 			next = at;
 	}
 	return next;
-}
-
-void
-dlock_count(DLockStat stat)
-{
-	pg_atomic_fetch_add_u64(&shared->stats[stat], 1);
-}
-
-void
-dlock_counters_read(uint64 *values)
-{
-	SpinLockAcquire(&shared->stats_mutex);
-	for (int i = 0; i < DLOCK_NUM_STATS; i++)
-		values[i] = pg_atomic_read_u64(&shared->stats[i]) - shared->stats_reset_at[i];
-	SpinLockRelease(&shared->stats_mutex);
-}
-
-void
-dlock_counters_reset(void)
-{
-	SpinLockAcquire(&shared->stats_mutex);
-	for (int i = 0; i < DLOCK_NUM_STATS; i++)
-		shared->stats_reset_at[i] = pg_atomic_read_u64(&shared->stats[i]);
-	SpinLockRelease(&shared->stats_mutex);
 }
 
 /*

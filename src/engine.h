@@ -8,17 +8,21 @@
  * are entries of their own, keyed by name and token, in the same partition.
  * Every field of an entry, and the queue hanging off a head, is protected by
  * the LWLock of the name's partition.
+ *
+ * Its callers also get, through this header, the two files below it that
+ * it calls: the counters (counters.h) and the expiry watcher (watch.h).
  */
 #ifndef DLOCK_ENGINE_H
 #define DLOCK_ENGINE_H
 
 #include "lib/ilist.h"
 #include "lib/pairingheap.h"
-#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/hsearch.h"
 
+#include "counters.h"
 #include "dlock.h"
+#include "watch.h"
 
 #define DLOCK_PARTITIONS	64	/* power of two */
 
@@ -108,33 +112,6 @@ typedef struct DLockEntry
 								 * session acts on the lease */
 } DLockEntry;
 
-/* cumulative counters, shown by dlock_stats */
-typedef enum DLockStat
-{
-	DLOCK_STAT_GRANTS,
-	DLOCK_STAT_IMMEDIATE,
-	DLOCK_STAT_WAITS,
-	DLOCK_STAT_TIMEOUTS,
-	DLOCK_STAT_RELEASES,
-	DLOCK_STAT_RENEWALS,
-	DLOCK_STAT_EXPIRED_BY_WORKER,
-	DLOCK_STAT_EXPIRED_BY_SWEEP,
-	DLOCK_STAT_EXPIRED_BY_CALLER,
-	DLOCK_NUM_STATS
-} DLockStat;
-
-/* the watcher's next look, besides a time on the monotonic clock */
-#define DLOCK_WATCH_NEVER	PG_UINT64_MAX	/* disabled: nothing wakes it */
-#define DLOCK_WATCH_IDLE	0	/* asleep with no lease to time */
-#define DLOCK_WATCH_AWAKE	1	/* looking now: any change wakes it again */
-
-extern void dlock_watch_expiries(Latch *latch);
-extern void dlock_watch_at(uint64 watch_at);
-extern void dlock_wake_watcher(void);
-
-extern void dlock_count(DLockStat stat);
-extern void dlock_counters_read(uint64 *values);
-extern void dlock_counters_reset(void);
 extern uint32 dlock_entry_count(void);
 
 extern void dlock_engine_set_db(int db);

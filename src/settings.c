@@ -24,6 +24,7 @@ bool		dlock_worker_enabled = true;
 int			dlock_worker_batch = 1000;
 int			dlock_fence_grace_ms = 10000;
 int			dlock_token_block = 1000000;
+int			dlock_failover_grace_ms = 300000;
 
 /* Refuses an owner that calls would refuse, at SET time. */
 static bool
@@ -109,6 +110,17 @@ dlock_settings_define(void)
 							&dlock_fence_grace_ms,
 							10000, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	/*
+	 * A running grace keeps the length it began with; a lowered bound
+	 * covers only leases granted after the reload.
+	 */
+	DefineCustomIntVariable("dlock.failover_grace",
+							"How long a promoted standby grants no new lease; also the longest ttl a primary without synchronous standbys grants.",
+							"0 means no grace and no bound: for clusters that fail over only to a synchronous standby.",
+							&dlock_failover_grace_ms,
+							300000, 0, (int) (DLOCK_TTL_MAX / 1000),
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("dlock.token_block",
 							"Fencing tokens reserved in the token file at a time (a developer option, for tests).",

@@ -1,7 +1,10 @@
 /*
  * store.h
  *		Durability: the per-database lease table that rebuilds shared memory
- *		after a restart or crash.
+ *		after a restart or crash.  What the layers above the store
+ *		(acquire.c, lease.c, worker.c, the entry points, the module load)
+ *		call; the store's own files, bottom to top: table.c, dbslots.c,
+ *		floor.c, rows.c, sweep.c, rebuild.c (see dlock.h).
  */
 #ifndef DLOCK_STORE_H
 #define DLOCK_STORE_H
@@ -11,12 +14,14 @@
 
 #include "engine.h"
 
-/* per-database state and lease table */
+/* per-database slots and drops (dbslots.c), the lease table (table.c) */
 extern Size dlock_db_shmem_size(void);
 extern void dlock_db_shmem_init(void);
-extern bool dlock_store_installed(void);
-extern void dlock_store_ensure_loaded(void);
 extern void dlock_store_hook_drops(void);
+extern bool dlock_store_installed(void);
+
+/* the rebuild (rebuild.c) */
+extern void dlock_store_ensure_loaded(void);
 
 /* What a lease row holds */
 typedef struct DLockRow
@@ -34,16 +39,21 @@ typedef struct DLockRow
 								 * name's older, ended leases */
 } DLockRow;
 
+/* row writes (rows.c) */
 extern TransactionId dlock_store_xid(void);
 extern void dlock_store_insert(const DLockKey *key, const DLockRow *row);
 extern int64 dlock_store_update(const DLockKey *key, uint64 token,
 								TimestampTz expires_at, int64 ttl);
 extern void dlock_store_delete(const DLockKey *key, uint64 token);
-extern void dlock_store_note_token(uint64 token);
-extern void dlock_store_forget_dead_rows(void);
-extern int	dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at);
-extern int64 dlock_store_sweep_rows(void);
 extern void dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc);
+
+/* the token floor (floor.c) */
+extern void dlock_store_note_token(uint64 token);
+
+/* rows of ended leases (sweep.c) */
+extern void dlock_store_forget_dead_rows(void);
+extern int	dlock_store_dead_databases(Oid *dbids, int max, int64 *retry_at);
+extern int64 dlock_store_sweep_rows(bool by_sweeper);
 
 #endif							/* DLOCK_STORE_H */

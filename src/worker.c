@@ -30,6 +30,7 @@
 #include "utils/wait_event.h"
 
 #include "engine.h"
+#include "grace.h"
 #include "settings.h"
 #include "store.h"
 #include "wait.h"
@@ -138,6 +139,7 @@ dlock_worker_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		int64		next = 0;
+		int64		grace_end;
 		int64		retry_at;
 		long		timeout = -1;
 		int			unused = 0;
@@ -164,6 +166,10 @@ dlock_worker_main(Datum arg)
 				next = retry_at;
 			dlock_watch_at(next == 0 ? DLOCK_WATCH_IDLE : (uint64) next);
 		}
+		/* a grace after a promotion begins now, and its end is logged on time */
+		grace_end = dlock_grace_watch();
+		if (grace_end != 0 && (next == 0 || grace_end < next))
+			next = grace_end;
 		if (next != 0)
 			timeout = (long) Max((next - dlock_mono_now() + 999) / 1000, 0);
 
@@ -208,7 +214,7 @@ dlock_sweeper_main(Datum arg)
 			next = dlock_expire_due(dlock_worker_batch, DLOCK_STAT_EXPIRED_BY_SWEEP,
 									&unused);
 		while (next != 0 && next <= dlock_mono_now());
-		(void) dlock_store_sweep_rows();
+		(void) dlock_store_sweep_rows(true);
 	}
 	else
 		dlock_store_forget_dead_rows(); /* or we would be sent again */

@@ -133,6 +133,9 @@ port = $srv_port
 shared_preload_libraries = 'dlock'
 fsync = off
 log_min_messages = warning
+# ttls of hours and days (the fuzz's) on a server that could have standbys:
+# the grace's bound at the ttl limit never refuses them; no suite promotes
+dlock.failover_grace = '7d'
 CONF
 	for line in "$@"; do
 		printf '%s\n' "$line" >>"$tmp/data/postgresql.conf"

@@ -48,6 +48,10 @@ $primary->append_conf(
 shared_preload_libraries = 'dlock'
 max_connections = 20
 synchronous_commit = on
+# what a promotion restores and how tokens stay above, without the grace
+# that holds new grants after it (033_failover_grace.pl) and the ttl bound
+# that comes with it; the standby has it from the base backup
+dlock.failover_grace = 0
 });
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION dlock');
@@ -315,6 +319,7 @@ $primary2->append_conf(
 shared_preload_libraries = 'dlock'
 max_connections = 40
 log_statement = none
+dlock.failover_grace = 0
 });
 $primary2->start;
 $primary2->safe_psql('postgres', 'CREATE EXTENSION dlock');
@@ -372,7 +377,8 @@ $standby2->stop;
 # a name that is held.
 my $primary3 = PostgreSQL::Test::Cluster->new('primary3');
 $primary3->init(allows_streaming => 1);
-$primary3->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'");
+$primary3->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'dlock'\ndlock.failover_grace = 0");
 $primary3->start;
 $primary3->safe_psql('postgres', 'CREATE EXTENSION dlock');
 my $early = $primary3->safe_psql('postgres', "SELECT dlock_try('early', $ttl, 'w1')");

@@ -136,7 +136,7 @@ $node->safe_psql('postgres', "ALTER SYSTEM RESET synchronous_standby_names");
 $node->reload;
 is($node->safe_psql('postgres', q{
 SET synchronous_commit = local;
-SELECT dlock_try('l-show', '1 hour', 'o') > 0;
+SELECT dlock_try('l-show', '1 minute', 'o') > 0;
 SHOW synchronous_commit;
 SELECT dlock_release('l-show', 'o');
 }), "t\nlocal\nt", 'a session\'s synchronous_commit is its own again after a grant commits');

@@ -18,6 +18,10 @@
 #     the next grant on the name.
 #  4. A rolled-back sweep after a rebuild leaves the restored rows to be
 #     moved to this server's clock by the next sweep.
+#  5. The worker sends a sweeper whenever a lease with a row ends, however
+#     many dlock_sweep() calls fail or roll back meanwhile: such calls once
+#     held the worker's sweepers back, so that a clean restart brought back
+#     leases that had ended in the second before the shutdown checkpoint.
 use strict;
 use warnings;
 
@@ -202,6 +206,42 @@ worker('on');
 ok( $node->poll_query_until('postgres',
 		"SELECT expires_at > '$before' FROM dlock_leases WHERE name = 'm'"),
 	'm: the worker sends a sweeper that moves the row to the expiry memory holds');
+worker('off');
+
+###
+### 5. failing sweeps elsewhere do not hold the worker's sweepers back
+###
+$node->safe_psql('postgres', 'SELECT dlock_sweep()');
+$node->safe_psql('postgres', q{
+CREATE TABLE stop_sweeps (stop bool);
+CREATE PROCEDURE failing_sweeps() LANGUAGE plpgsql AS $$
+BEGIN
+	-- (bounded, in case the test dies before it says stop)
+	FOR i IN 1..30000 LOOP
+		EXIT WHEN EXISTS (SELECT FROM stop_sweeps);
+		BEGIN
+			PERFORM dlock_sweep();
+		EXCEPTION WHEN read_only_sql_transaction THEN
+			NULL;
+		END;
+		COMMIT;
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END $$;
+});
+worker('on');
+# a session whose dlock_sweep() calls fail, each in a read-only transaction
+# of its own, 50 times a second: each one ends what is due, then fails
+my $f = $node->background_psql('postgres');
+$f->set_query_timer_restart();
+$f->query_until(qr/sweeping/,
+	"SET default_transaction_read_only = on;\n\\echo sweeping\nCALL failing_sweeps();\n");
+$node->safe_psql('postgres', "SELECT dlock_try('h', '1 s', 'A')");
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM dlock_leases WHERE name = 'h'"),
+	"h: while other sessions' sweeps fail, the worker's sweeper deletes the row of a lease that ended");
+$node->safe_psql('postgres', 'INSERT INTO stop_sweeps VALUES (true)');
+$f->query_safe('SELECT 1');
+$f->quit;
 worker('off');
 
 $node->stop;
