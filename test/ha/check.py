@@ -25,7 +25,10 @@ DIR/final (the rows and leases on the last leader), and checks:
 Prints the violations, a line per fault (unavailability: last answer of any
 kind, a grant's token or NULL, a renewal or a write, on the old leader to the
 first on another member, and the same for grants that returned a token; leases
-live at the fault and what became of them), and the summary line; exits 1 if any violation.
+live at the fault and what became of them; the grace: its end as the new
+leader's dlock_grace() told a client after a reconnect, and as observed, from
+the first grant refused there before that end (NULL) to the first new token it
+granted), and the summary line; exits 1 if any violation.
 """
 import bisect
 import glob
@@ -175,7 +178,8 @@ if sync_on is not None:
               % (name, final[name], max(acked)))
 
 # per fault: unavailability and leases kept
-answered = sorted([x for x in calls if x["op"] != "connect" and not x["r"].startswith("ERR")], key=lambda x: x["m1"])
+answered = sorted([x for x in calls if x["op"] not in ("connect", "grace") and not x["r"].startswith("ERR")],
+                  key=lambda x: x["m1"])
 nfail = nswitch = 0
 for i, f in enumerate(faults):
     if f["kind"] not in ("switchover", "kill", "stop", "cut"):
@@ -200,9 +204,24 @@ for i, f in enumerate(faults):
     kept = [h for h in live if any(r > first_new for r in h["renewed"])]
     gone = [h for h in live if h in lost]
     mode = "sync" if sync_on is not None and f["m"] > sync_on else "async"
+    # the grace on the member that granted next
+    h = nxt[0]["host"]
+    gends = [float(x["r"]) for x in calls if x["op"] == "grace" and x["host"] == h and x["m1"] > f["m"]
+            and ok(x["r"])]
+    if gends:
+        gend = gends[0]
+        refused = [g for g in calls if g["op"] == "grant" and g["r"] == "NULL" and g["host"] == h
+                   and g["m1"] > f["m"] and g["w1"] < gend]
+        fresh = [g for g in grants if g["host"] == h and g["m1"] > f["m"] and by_token[g["tok"]] is g]
+        grace = "grace on %s ends %.1f s after the fault" % (h, gend - f["w"])
+        if refused and fresh:
+            grace += "; observed %.1f s (first refusal %.1f s after the fault, first new token %.1f s after the grace's end)" % (
+                fresh[0]["w1"] - refused[0]["w1"], refused[0]["w1"] - f["w"], fresh[0]["w1"] - gend)
+    else:
+        grace = "no grace on %s" % h
     print("fault %-10s %s at %.3f (%s): unavailable %.1f s (no answer), %.1f s (no grant); "
-          "leases live %d, kept (renewed on the new leader) %d, lost %d"
-          % (f["kind"], f["member"], f["m"], mode, gap, first_new - last_old, len(live), len(kept), len(gone)))
+          "leases live %d, kept (renewed on the new leader) %d, lost %d; %s"
+          % (f["kind"], f["member"], f["m"], mode, gap, first_new - last_old, len(live), len(kept), len(gone), grace))
 
 nwrites = len(writes)
 print("ha: %d failovers, %d switchovers, %d grants, %d fenced writes, %d violations"

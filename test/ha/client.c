@@ -13,9 +13,11 @@
  *
  *	mono_start mono_end wall_start wall_end client op name token result host
  *
- * (monotonic and wall clock in seconds; op is grant, renew, release, write or
- * connect; result is the token, the new expiry's epoch, t/f, the row's
- * previous token for a write, NULL, or ERR:<SQLSTATE or "conn">).  Every call
+ * (monotonic and wall clock in seconds; op is grant, renew, release, write,
+ * connect or grace; result is the token, the new expiry's epoch, t/f, the
+ * row's previous token for a write, the end's epoch of the server's grace
+ * after a promotion (dlock_grace(), read after every connect), NULL, or
+ * ERR:<SQLSTATE or "conn">).  Every call
  * has a deadline of its own, enforced here (a frozen server still accepts TCP),
  * after which the connection is dropped.  On a lost connection the client
  * reconnects and goes on with the same owner: a grant is retried (re-acquire
@@ -82,9 +84,14 @@ drop_conn(void)
 	conn = NULL;
 }
 
+static void call(const char *op, const char *name, long long token,
+				 const char *sql, char *out, size_t outlen);
+
 static void
 ensure_conn(const char *conninfo)
 {
+	char		r[64];
+
 	while (!conn && !stop)
 	{
 		double		m0 = clock_s(CLOCK_MONOTONIC),
@@ -99,6 +106,7 @@ ensure_conn(const char *conninfo)
 			continue;
 		}
 		record(m0, w0, "connect", "-", 0, "ok");
+		call("grace", "-", 0, "SELECT extract(epoch FROM dlock_grace())", r, sizeof(r));
 	}
 }
 

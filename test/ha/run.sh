@@ -22,7 +22,11 @@
 #               can reach neither etcd, nor the other members, nor the clients
 #               (nor they it), then comes back
 # After kill, stop and cut the old primary rejoins as a standby with pg_rewind
-# (use_pg_rewind: true).  After every fault the harness waits, at most HEAL
+# (use_pg_rewind: true).  Every member runs with dlock.failover_grace = 50 s,
+# above the clients' longest ttl (45 s): a promoted member (any fault, a
+# switchover too) grants no new lease for 50 s; the clients read dlock_grace()
+# after every connect, and the harness waits for the grace's end after every
+# fault, so that each fault's grace is measured alone.  After every fault the harness waits, at most HEAL
 # seconds, until the cluster has healed (test/ha/heal.py, read from
 # PostgreSQL on every member: one primary, the DCS leader; both others stream
 # from it on its timeline, rewound if need be, and have caught up), else it
@@ -31,7 +35,9 @@
 # (patronictl edit-config).  test/ha/check.py then reads the history of every
 # call and the final rows and prints one line:
 #   ha: <F> failovers, <S> switchovers, <G> grants, <W> fenced writes, <V> violations
-# and exits non-zero if V > 0.
+# and exits non-zero if V > 0, after a line per fault (unavailability, leases
+# kept, the grace: its end, and from the first grant it refused to the first
+# new token).
 #
 # Network: everything runs in network namespaces this script makes (nothing
 # touches the host's network).  The script re-executes itself in a new network
@@ -48,24 +54,30 @@
 # Runs as root (namespaces); PostgreSQL and Patroni run as postgres.
 # Run it inside your dlock build's environment (make install first).
 #
-# usage: test/ha/run.sh [--smoke | --two-holders]
-#   (default)      two rounds of every fault per replication mode (~8 min)
-#   --smoke        one fault of each kind per replication mode (~4.2 min)
-#   --two-holders  the focused scenario of issue 28 (~40 s): the leader's
-#                  walsenders stop (SIGSTOP), c1 takes a lease for 60 s on
+# usage: test/ha/run.sh [--smoke | --two-holders] [--no-grace]
+#   (default)      every fault twice with synchronous_mode off, once with it
+#                  on: 3 of each kind (each fault now lasts its grace too)
+#   --smoke        one fault of each kind per replication mode
+#   --two-holders  the focused scenario of issue 28 (~2 min): the leader's
+#                  walsenders stop (SIGSTOP), c1 takes a lease for 45 s on
 #                  the leader, the leader is killed, Patroni promotes a
-#                  replica, c2 asks for the same name; the checker must
-#                  report two holders unless the new primary holds back
+#                  replica, c2 tries the same name (NULL during the grace),
+#                  then acquires it (waits out the grace); 0 violations
+#   --no-grace     dlock.failover_grace = 0 (no grace): --two-holders then
+#                  reports c2's grant while c1 holds (two holders)
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mode=full
-case "${1:-}" in
-	"") ;;
-	--smoke) mode=smoke ;;
-	--two-holders) mode=two-holders ;;
-	*) echo "usage: $0 [--smoke | --two-holders]" >&2; exit 2 ;;
-esac
+GRACE=50	# dlock.failover_grace in seconds, above the clients' longest ttl (45 s)
+for arg in "$@"; do
+	case "$arg" in
+		--smoke) mode=smoke ;;
+		--two-holders) mode=two-holders ;;
+		--no-grace) GRACE=0 ;;
+		*) echo "usage: $0 [--smoke | --two-holders] [--no-grace]" >&2; exit 2 ;;
+	esac
+done
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "ha: must run as root (it makes network namespaces)" >&2
@@ -189,6 +201,9 @@ bootstrap:
         # (and removes the data directory) under a postmaster still running
         wal_sender_timeout: 5s
         wal_receiver_timeout: 5s
+        # no new grant for this long after a promotion (issue 28): every
+        # lease the failover may have lost has ended by then
+        dlock.failover_grace: ${GRACE}s
   initdb: [{encoding: UTF8}, {locale: C}]
   pg_hba:
     - local all all trust
@@ -342,8 +357,22 @@ wait_for_new_leader() {
 	die "no new leader after m$old"
 }
 
+# waits until the leader's grace (after a promotion) has ended, so that
+# every fault's grace is measured alone; at most GRACE + HEAL seconds
+wait_grace() {
+	local deadline=$(($(date +%s) + GRACE + HEAL)) g first=""
+	while (($(date +%s) < deadline)); do
+		g=$(psql_leader -c "SELECT coalesce(dlock_grace()::text, 'none')" 2>/dev/null)
+		[[ -z "$first" && -n "$g" ]] && { first=$g; log "grace on the leader: until $g"; }
+		[[ $g == none ]] && return 0
+		sleep 1
+	done
+	die "the grace after the $1 of m$old did not end"
+}
+
 after_fault() {
 	heal "$HEAL" "m$old" "after the $1 of m$old"
+	wait_grace "$1"
 	sleep 3
 }
 
@@ -368,18 +397,20 @@ stop_clients() {
 two_holders() {
 	local l i p
 	l=$(leader)
-	echo "c1 60" >"$D/clients"; echo "c2 60" >>"$D/clients"
+	echo "c1 45" >"$D/clients"; echo "c2 45" >>"$D/clients"
 	log "two-holders: the leader m$l stops sending WAL (SIGSTOP of its walsenders)"
 	for p in $(member_procs "$l"); do
 		grep -qa 'walsender' "/proc/$p/cmdline" 2>/dev/null && kill -STOP "$p"
 	done
 	sleep 1
 	# one grant by c1 on the leader, recorded like the clients' calls
-	python3 "$top/test/ha/call.py" "$D/history.c1" c1 a 60 "$conninfo" || die "c1's grant"
+	python3 "$top/test/ha/call.py" "$D/history.c1" c1 a 45 "$conninfo" try || die "c1's grant"
 	log "c1's grant: $(tail -1 "$D/history.c1")"
 	fault_kill_only "$l"
 	wait_for_new_leader "$l"
-	python3 "$top/test/ha/call.py" "$D/history.c2" c2 a 60 "$conninfo"
+	# a try (NULL during a grace), then an acquire that waits out the grace
+	python3 "$top/test/ha/call.py" "$D/history.c2" c2 a 45 "$conninfo" try ||
+		python3 "$top/test/ha/call.py" "$D/history.c2" c2 a 45 "$conninfo" acquire
 	log "c2's grant: $(tail -1 "$D/history.c2")"
 }
 
@@ -392,11 +423,14 @@ fault_kill_only() {
 }
 
 # ------------------------------------------------------------ run
+# rounds of every fault with synchronous_mode off, then on; each fault now
+# lasts its grace too, so the full run has 3 of each kind, not 4
 case $mode in
-	full) rounds=2 ;;
-	smoke) rounds=1 ;;
-	two-holders) rounds=0 ;;
+	full) rounds_false=2 rounds_true=1 ;;
+	smoke) rounds_false=1 rounds_true=1 ;;
+	two-holders) rounds_false=0 rounds_true=0 ;;
 esac
+log "dlock.failover_grace: ${GRACE}s"
 
 if [[ $mode == two-holders ]]; then
 	two_holders
@@ -405,7 +439,8 @@ else
 	sleep 5
 	for sync in false true; do
 		[[ $sync == true ]] && set_sync true
-		for ((r = 0; r < rounds; r++)); do
+		rounds=rounds_$sync
+		for ((r = 0; r < ${!rounds}; r++)); do
 			for f in switchover kill stop cut; do
 				"fault_$f"
 				after_fault "$f"
