@@ -72,7 +72,7 @@ churn: install
 soak:
 	bash test/soak.sh
 # dlock under Patroni and etcd through switchovers, crashes, freezes and
-# network cuts, with synchronous_mode off and on (test/ha/run.sh, ~10 min, as
+# network cuts, with synchronous_mode off and on (test/ha/run.sh, ~14 min, as
 # root); not part of make test
 .PHONY: ha
 ha: install

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/ha/run.sh: dlock under a real failover manager (make ha, ~8 min).
+# test/ha/run.sh: dlock under a real failover manager (make ha, ~14 min).
 #
 # A one-member etcd (Debian etcd-server) and a three-member Patroni cluster
 # (Debian patroni, PostgreSQL 15, dlock preloaded on every member), under
@@ -56,8 +56,9 @@
 #
 # usage: test/ha/run.sh [--smoke | --two-holders] [--no-grace]
 #   (default)      every fault twice with synchronous_mode off, once with it
-#                  on: 3 of each kind (each fault now lasts its grace too)
-#   --smoke        one fault of each kind per replication mode
+#                  on: 3 of each kind (each fault now lasts its grace too;
+#                  ~14 min)
+#   --smoke        one fault of each kind per replication mode (~10 min)
 #   --two-holders  the focused scenario of issue 28 (~2 min): the leader's
 #                  walsenders stop (SIGSTOP), c1 takes a lease for 45 s on
 #                  the leader, the leader is killed, Patroni promotes a
