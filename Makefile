@@ -71,6 +71,12 @@ churn: install
 .PHONY: soak
 soak:
 	bash test/soak.sh
+# dlock under Patroni and etcd through switchovers, crashes, freezes and
+# network cuts, with synchronous_mode off and on (test/ha/run.sh, ~14 min, as
+# root); not part of make test
+.PHONY: ha
+ha: install
+	bash test/ha/run.sh
 
 # The dlock command (cli/): built by make, installed next to PostgreSQL's
 # binaries; WITH_CLI=no leaves it out (the Debian packages ship it in a

@@ -34,6 +34,8 @@ extra=(
 	prometheus-postgres-exporter	# test/suites/metrics.sh runs it with metrics/queries.yaml
 	prometheus	# its promtool checks metrics/alerts.yaml
 	curl		# test/suites/metrics.sh reads /metrics with it
+	patroni		# test/ha/run.sh (make ha): a three-member Patroni cluster
+	etcd-server	# test/ha/run.sh: Patroni's one-member etcd
 )
 # make deb and make test-deb: Debian's tooling for PostgreSQL extensions, and
 # debootstrap for the Debian root of each PostgreSQL version (tools/root.sh).
