@@ -275,11 +275,21 @@ dlock_grace_wait(int64 deadline, bool by_lock_timeout)
 		if (deadline != 0 && now >= deadline)
 		{
 			if (by_lock_timeout)
+			{
+				TimestampTz end_wall;
+				char		reason[sizeof(grace->reason)];
+
+				/* a new grace may begin meanwhile: read both under its lock */
+				LWLockAcquire(grace->lock, LW_SHARED);
+				end_wall = grace->end_wall;
+				strlcpy(reason, grace->reason, sizeof(reason));
+				LWLockRelease(grace->lock);
 				ereport(ERROR,
 						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 						 errmsg("canceling statement due to lock timeout"),
 						 errdetail("dlock grants no new lease until %s, the end of its grace after %s.",
-								   timestamptz_to_str(grace->end_wall), grace->reason)));
+								   timestamptz_to_str(end_wall), reason)));
+			}
 			return false;
 		}
 		/* a timer to the end, or to the deadline: no polling */
@@ -306,7 +316,11 @@ dlock_grace_check_ttl(int64 ttl, bool durable)
 	/* no standby can lose the lease: none can exist ... */
 	if (wal_level == WAL_LEVEL_MINIMAL || max_wal_senders == 0)
 		return;
-	/* ... or its commit waits for the synchronous ones (a memory lease has none) */
+
+	/*
+	 * ... or its commit waits for the synchronous ones (a memory lease has
+	 * none)
+	 */
 	if (durable && SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0')
 		return;
 	ereport(ERROR,
