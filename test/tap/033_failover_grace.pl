@@ -100,6 +100,13 @@ is($standby->safe_psql('postgres', q{
 SELECT dlock_acquire('fresh', '9 s', '1 second', 'B') IS NULL,
 	   clock_timestamp() - statement_timestamp() >= interval '1 second'}),
 	"t|t", 'in the grace: an acquire with a shorter timeout returns NULL at its timeout');
+my ($lt_ret, $lt_out, $lt_err) = $standby->psql('postgres', q{
+SET lock_timeout = '200ms';
+SELECT dlock_acquire('fresh', '9 s', NULL, 'B')});
+ok($lt_ret != 0 && $lt_err =~ /canceling statement due to lock timeout/,
+	'in the grace: lock_timeout ends an acquire without a timeout of its own');
+like($lt_err, qr/DETAIL:  dlock grants no new lease until .*, the end of its grace after the switch to timeline 2\./,
+	'its detail names the grace\'s end and what began it');
 
 # A's replicated leases are served as usual
 is(leases($standby), "held:A:$held held2:A:$held2",
