@@ -9,6 +9,15 @@
  * a promoted standby's tokens are above any the old primary issued, whether
  * or not that WAL ever reached the standby.
  *
+ * A timeline id can be used by two histories: one discarded by pg_rewind
+ * leaves no history file behind (without a shared WAL archive), and the next
+ * promotion picks its id again.  So on each new timeline the counter below
+ * the timeline bits starts no lower than the wall clock, in 10 microsecond
+ * units since 2020: the history promoted later starts above every token of
+ * the earlier one, as long as that one issued fewer than 100,000 tokens a
+ * second on average between the two promotions and the members' clocks
+ * differ by less than the time between them.
+ *
  * Locking: inside a reserved block a token is one compare-and-swap on
  * next, with no lock; reservations (file writes) and raises of the floor
  * take the token LWLock, never while a partition lock is held.
@@ -20,6 +29,7 @@
 #include "storage/fd.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/timestamp.h"
 
 #include "settings.h"
 #include "tokens.h"
@@ -28,6 +38,11 @@
 #define TOKEN_FILE			"pg_dlock.tokens"
 #define TOKEN_FILE_TMP		"pg_dlock.tokens.tmp"
 #define TOKEN_TLI_SHIFT		48
+#define TOKEN_CLOCK_UNIT	10	/* microseconds */
+/* 2020-01-01 in microseconds since the PostgreSQL epoch (2000-01-01) */
+#define TOKEN_CLOCK_EPOCH	INT64CONST(631152000000000)
+/* leaves 2^40 tokens of room below the next timeline */
+#define TOKEN_CLOCK_MAX		((UINT64CONST(1) << TOKEN_TLI_SHIFT) - (UINT64CONST(1) << 40))
 
 typedef struct TokenState
 {
@@ -94,6 +109,24 @@ raise_next(uint64 floor)
 		;
 }
 
+/*
+ * Where a new timeline's tokens start: its base plus the wall clock (the
+ * counter stays below the timeline bits until about 2109; after that, and
+ * with a clock before 2020, the clock adds nothing).
+ */
+static uint64
+timeline_start(uint64 base)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		clock = 0;
+
+	if (now > TOKEN_CLOCK_EPOCH)
+		clock = (uint64) (now - TOKEN_CLOCK_EPOCH) / TOKEN_CLOCK_UNIT;
+	if (clock > TOKEN_CLOCK_MAX)
+		clock = 0;
+	return base + clock;
+}
+
 static void
 reserve_tokens(uint64 end)
 {
@@ -156,7 +189,8 @@ dlock_token_prefetch(void)
 	if (next >= base && next + block / 2 < end)
 		return;
 	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
-	raise_next(base);
+	if (pg_atomic_read_u64(&tokens->next) < base)
+		raise_next(timeline_start(base));
 	end = pg_atomic_read_u64(&tokens->reserved_end);
 	if (pg_atomic_read_u64(&tokens->next) + block / 2 >= end)
 	{

@@ -257,12 +257,13 @@ crash_round(name => 'memory-immediate', crash => 'immediate', memory => 1);
 crash_round(name => 'memory-kill9', crash => 'kill9', memory => 1);
 
 # A token block reserved while the server runs (not only the first one
-# after a start) is durable too: cross into the next block of 1,000,000,
-# crash at once, and the next token is above the last one.
-my $counter_mask = (1 << 48) - 1;
+# after a start) is durable too: cross the end of the block the token file
+# reserves (blocks start where a timeline's tokens start, not at round
+# numbers), crash at once, and the next token is above the last one.
 my $before = $node->safe_psql('postgres', "SELECT dlock_try('cross:a', '1 minute', 'x')");
-my $to_cross = 1_000_000 - ($before & $counter_mask) % 1_000_000 + 5;
-note "$to_cross tokens to cross from $before into the next block";
+my $end = $node->safe_psql('postgres', "SELECT trim(pg_read_file('pg_dlock.tokens'))");
+my $to_cross = $end - $before + 5;
+cmp_ok($to_cross, '<=', 1_500_005, "the reservation ends at $end, $to_cross tokens from $before");
 $node->safe_psql('postgres', qq{
 DO \$\$
 BEGIN
@@ -275,8 +276,9 @@ END
 \$\$;
 });
 my $after = $node->safe_psql('postgres', "SELECT dlock_try('cross:b', '1 minute', 'x')");
-cmp_ok(int(($after & $counter_mask) / 1_000_000), '>', int(($before & $counter_mask) / 1_000_000),
-	"token $after is in a later block than $before");
+cmp_ok($after, '>=', $end, "token $after is past the reservation that ended at $end");
+my $end2 = $node->safe_psql('postgres', "SELECT trim(pg_read_file('pg_dlock.tokens'))");
+cmp_ok($end2, '>', $after, "the file now reserves past $after ($end2)");
 $node->stop('immediate');
 $node->start;
 my $next = $node->safe_psql('postgres', "SELECT dlock_try('cross:c', '1 minute', 'x')");

@@ -16,9 +16,11 @@ shared_preload_libraries = 'dlock'
 my $old = PostgreSQL::Test::Cluster->new('old');
 $old->init;
 $old->append_conf('postgresql.conf', $conf);
-# the old cluster has issued many tokens (a trillion), far above where a
-# fresh cluster starts: the documented way to set the token file's floor
-my $high = 281474976710656 + 1_000_000_000_000;
+# the old cluster has issued many tokens, far above where a fresh cluster
+# starts: the documented way to set the token file's floor
+# (a fresh cluster starts at timeline 1's base plus the wall clock in 10 us
+# units since 2020, below 2^47 until 2064)
+my $high = 281474976710656 + 140737488355328;
 open(my $fh, '>', $old->data_dir . '/pg_dlock.tokens') or die $!;
 print $fh "$high\n";
 close $fh;

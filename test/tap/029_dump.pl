@@ -24,7 +24,9 @@ my $old = PostgreSQL::Test::Cluster->new('old');
 $old->init;
 $old->append_conf('postgresql.conf', $conf);
 # the old cluster's tokens are far above where a new cluster's start
-my $high = 281474976710656 + 5_000_000_000_000;
+# (a fresh cluster starts at timeline 1's base plus the wall clock in 10 us
+# units since 2020, below 2^47 until 2064)
+my $high = 281474976710656 + 140737488355328;
 open(my $fh, '>', $old->data_dir . '/pg_dlock.tokens') or die $!;
 print $fh "$high\n";
 close $fh;
