@@ -33,6 +33,7 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
+#include "events.h"
 #include "grace.h"
 #include "grantwait.h"
 #include "lease.h"
@@ -397,6 +398,8 @@ granted(AcquireState *a, DLockEntry *lease)
 	bool		clears;
 
 	dlock_xact_granted(a->op, lease->token, lease->durable);
+	dlock_xact_granted_event(a->op, dlock_event_granted(lease, dlock_events, MyProcPid),
+							 dlock_event_lifetime(lease));
 	token = lease->token;
 	durable = lease->durable;
 	clears = lease->clear_rows;
@@ -464,6 +467,9 @@ handed_over(AcquireState *a, uint64 token)
 	now = dlock_mono_now();
 	lease = dlock_find_lease(&req->key, req->hash, token);
 	found = (lease != NULL);
+	/* (a lease that ended already: its end's event waits for our commit) */
+	dlock_xact_granted_event(a->op, dlock_wait_event_seq(),
+							 dlock_event_lifetime(lease));
 	clears = found && lease->clear_rows;
 	if (found)
 	{

@@ -29,6 +29,7 @@
 
 #include "dbslots.h"
 #include "engine.h"
+#include "events.h"
 #include "store.h"
 #include "wait.h"
 
@@ -150,6 +151,7 @@ dlock_db_purge(Oid dbid)
 		dlock_drop_if_unused(entry);
 	}
 	dlock_unlock_all_partitions();
+	dlock_events_forget(dbid);
 	dlock_wake_all();
 }
 

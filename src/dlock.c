@@ -12,6 +12,7 @@
 #include "storage/ipc.h"
 
 #include "engine.h"
+#include "events.h"
 #include "grace.h"
 #include "settings.h"
 #include "store.h"
@@ -40,9 +41,10 @@ dlock_shmem_request_hook(void)
 	size = add_size(size, dlock_db_shmem_size());
 	size = add_size(size, dlock_wait_shmem_size());
 	size = add_size(size, dlock_grace_shmem_size());
+	size = add_size(size, dlock_events_shmem_size());
 	RequestAddinShmemSpace(size);
 	/* the partition locks, then the token lock and the grace lock */
-	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 2);
+	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 3);
 }
 
 static void
@@ -61,6 +63,7 @@ dlock_shmem_startup_hook(void)
 	dlock_db_shmem_init();
 	dlock_wait_shmem_init();
 	dlock_grace_shmem_init(&locks[DLOCK_PARTITIONS + 1].lock);
+	dlock_events_shmem_init(&locks[DLOCK_PARTITIONS + 2].lock);
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -408,6 +408,7 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 	entry->clear_rows = false;
 	entry->db = db;
 	entry->owner.len = 0;
+	memset(&entry->ev, 0, sizeof(entry->ev));
 	entry->grant_xid = InvalidTransactionId;
 	return entry;
 }
@@ -704,6 +705,7 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->released = false;
 	lease->grant_xid = InvalidTransactionId;
 	lease->clear_rows = false;
+	memset(&lease->ev, 0, sizeof(lease->ev));
 	return lease;
 }
 

@@ -59,6 +59,19 @@ typedef struct DLockPinner
 	int32		count;
 } DLockPinner;
 
+/*
+ * What events.c keeps on a lease for its change events (all zero: the
+ * lease sends none).
+ */
+typedef struct DLockLeaseEvents
+{
+	uint64		seq;			/* its grant's event, until the granting
+								 * transaction commits; else 0 */
+	int32		pid;			/* the backend of that transaction */
+	int32		claim;			/* a backend whose commit is ending it */
+	bool		on;				/* granted with dlock.events on */
+} DLockLeaseEvents;
+
 typedef struct DLockEntry
 {
 	DLockKey	key;			/* hash key: must be first */
@@ -110,6 +123,7 @@ typedef struct DLockEntry
 	TransactionId grant_xid;	/* durable: the transaction that granted it
 								 * and writes its row; until it ends, no other
 								 * session acts on the lease */
+	DLockLeaseEvents ev;		/* events.c's */
 } DLockEntry;
 
 extern uint32 dlock_entry_count(void);

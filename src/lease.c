@@ -230,7 +230,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		holder.roleid = found[i].roleid;
 		if (dlock_xact_release_pending(&holder))
 			continue;
-		dlock_xact_release(&holder, found[i].token, found[i].durable);
+		dlock_xact_force(&holder, found[i].token, found[i].durable);
 		if (found[i].durable)
 			dlock_store_delete(&req->key, found[i].token);
 		found[n++] = found[i];

@@ -25,6 +25,7 @@ int			dlock_worker_batch = 1000;
 int			dlock_fence_grace_ms = 10000;
 int			dlock_token_block = 1000000;
 int			dlock_failover_grace_ms = 300000;
+bool		dlock_events = false;
 
 /* Refuses an owner that calls would refuse, at SET time. */
 static bool
@@ -122,6 +123,14 @@ dlock_settings_define(void)
 							300000, 0, (int) (DLOCK_TTL_MAX / 1000),
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	/* read when a lease is granted: its events follow the grantee's setting */
+	DefineCustomBoolVariable("dlock.events",
+							 "Send each grant and end of the leases this session is granted with NOTIFY on channel dlock.",
+							 "Set it for a database (ALTER DATABASE ... SET) to see every lease of that database.",
+							 &dlock_events,
+							 false,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
 	DefineCustomIntVariable("dlock.token_block",
 							"Fencing tokens reserved in the token file at a time (a developer option, for tests).",
 							NULL,

@@ -30,6 +30,7 @@
 
 #include "compat.h"
 #include "engine.h"
+#include "events.h"
 #include "settings.h"
 #include "tokens.h"
 #include "wait.h"
@@ -167,6 +168,7 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 	w->durable_xid = durable_xid;
 	w->mode = mode;
 	w->reserved = reserved;
+	w->events = dlock_events;
 	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
 	w->state = DLOCK_WAIT_QUEUED;
 	dlock_count(DLOCK_STAT_WAITS);
@@ -209,6 +211,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		if (!dlock_is_free(lease, now))
 			continue;
 		dlock_count(stat);
+		dlock_event_expired(lease);
 		dlock_end_lease(lease);
 	}
 
@@ -237,6 +240,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		head->nwaiters--;
 		w->reserved = false;
 		w->token = lease->token;
+		w->event_seq = dlock_event_granted(lease, w->events, w->pid);
 		w->state = DLOCK_WAIT_GRANTED;
 		dlock_wake_later(w->proc);
 	}
@@ -709,6 +713,13 @@ dlock_sleep(bool holds_pins)
 	return token;
 }
 
+/* The seq of the grant event of the lease dlock_sleep() returned, or 0. */
+uint64
+dlock_wait_event_seq(void)
+{
+	return my_slot->event_seq;
+}
+
 /*
  * Takes the partition lock of the name, exclusive, and finds the lease that
  * carries token there (NULL: it ended).  The caller releases the lock.
@@ -822,6 +833,7 @@ dlock_expire_due(int batch, DLockStat stat, int *mine)
 			dlock_count(stat);
 			if (!lease->durable && lease->key.dbid == MyDatabaseId)
 				(*mine)++;
+			dlock_event_expired(lease);
 			dlock_end_lease(lease);
 			dlock_settle(head, now, stat, false);
 		}

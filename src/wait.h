@@ -46,6 +46,8 @@ typedef struct DLockWaiter
 								 * the row of the lease granted; else invalid */
 	uint8		mode;			/* DLockMode asked for */
 	bool		reserved;		/* counted an entry for its lease */
+	bool		events;			/* dlock.events of the waiter */
+	uint64		event_seq;		/* set when granted: its grant event's seq */
 	DLockOwner	owner;
 } DLockWaiter;
 
@@ -58,6 +60,7 @@ extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead);
 extern uint64 dlock_sleep(bool holds_pins);
+extern uint64 dlock_wait_event_seq(void);
 extern void dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep);
 extern void dlock_end_waits(Oid dbid);
 extern DLockWaiter *dlock_waiter_slots(int *count);

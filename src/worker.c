@@ -30,6 +30,7 @@
 #include "utils/wait_event.h"
 
 #include "engine.h"
+#include "events.h"
 #include "grace.h"
 #include "settings.h"
 #include "store.h"
@@ -37,6 +38,10 @@
 #include "worker.h"
 
 #define MAX_SWEEPERS	8
+
+/* event senders (one per database at a time), and how often one starts */
+#define MAX_SENDERS		8
+#define SENDER_INTERVAL	(100 * 1000)
 
 void
 dlock_worker_register(void)
@@ -117,11 +122,80 @@ start_sweepers(Oid *running, BackgroundWorkerHandle **handles)
 	return retry_at;
 }
 
+/*
+ * Sends a sender to each database with recorded events (events.c) that
+ * wait for nothing else, one at a time each, and at most one start per
+ * database every SENDER_INTERVAL (a sender that cannot connect is not
+ * restarted back to back).  Returns when to look again (0: no need).
+ */
+static int64
+start_senders(Oid *running, BackgroundWorkerHandle **handles, int64 *started)
+{
+	Oid			dbids[MAX_SENDERS];
+	int			n = dlock_events_databases(dbids, MAX_SENDERS);
+	int64		now = dlock_mono_now();
+	int64		again = 0;
+	pid_t		pid;
+
+	for (int i = 0; i < MAX_SENDERS; i++)
+	{
+		if (handles[i] != NULL &&
+			GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED)
+		{
+			pfree(handles[i]);
+			handles[i] = NULL;
+		}
+	}
+	for (int d = 0; d < n; d++)
+	{
+		int			slot = -1;
+		BackgroundWorker worker;
+
+		for (int i = 0; i < MAX_SENDERS; i++)
+		{
+			if (running[i] == dbids[d] || (slot < 0 && handles[i] == NULL))
+				slot = i;
+			if (running[i] == dbids[d])
+				break;
+		}
+		if (slot < 0 || handles[slot] != NULL)
+			continue;			/* no room, or one is at work there */
+		if (running[slot] == dbids[d] && started[slot] + SENDER_INTERVAL > now)
+		{
+			again = (again == 0 || started[slot] + SENDER_INTERVAL < again) ?
+				started[slot] + SENDER_INTERVAL : again;
+			continue;
+		}
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = BGW_NEVER_RESTART;
+		worker.bgw_main_arg = ObjectIdGetDatum(dbids[d]);
+		worker.bgw_notify_pid = MyProcPid;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "dlock");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "dlock_sender_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "dlock events for database %u", dbids[d]);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "dlock events");
+		if (!RegisterDynamicBackgroundWorker(&worker, &handles[slot]))
+		{
+			handles[slot] = NULL;	/* no free slot now: a later round */
+			again = now + SENDER_INTERVAL;
+			continue;
+		}
+		running[slot] = dbids[d];
+		started[slot] = now;
+	}
+	return again;
+}
+
 void
 dlock_worker_main(Datum arg)
 {
 	Oid			running[MAX_SWEEPERS] = {0};
 	BackgroundWorkerHandle *handles[MAX_SWEEPERS] = {0};
+	Oid			sending[MAX_SENDERS] = {0};
+	BackgroundWorkerHandle *senders[MAX_SENDERS] = {0};
+	int64		sent_at[MAX_SENDERS] = {0};
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -162,6 +236,9 @@ dlock_worker_main(Datum arg)
 			next = dlock_expire_due(dlock_worker_batch,
 									DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
 			retry_at = start_sweepers(running, handles);
+			if (retry_at != 0 && (next == 0 || retry_at < next))
+				next = retry_at;
+			retry_at = start_senders(sending, senders, sent_at);
 			if (retry_at != 0 && (next == 0 || retry_at < next))
 				next = retry_at;
 			dlock_watch_at(next == 0 ? DLOCK_WATCH_IDLE : (uint64) next);
@@ -220,6 +297,49 @@ dlock_sweeper_main(Datum arg)
 		dlock_store_forget_dead_rows(); /* or we would be sent again */
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	proc_exit(0);
+}
+
+static void
+sender_exit(int code, Datum arg)
+{
+	dlock_events_end(false);
+}
+
+/*
+ * Sends the events recorded for one database (events.c) with NOTIFY, each
+ * batch in a transaction of its own, until none is left, then exits.  It
+ * runs as the bootstrap superuser, with the database's settings.
+ */
+void
+dlock_sender_main(Datum arg)
+{
+	Oid			dbid = DatumGetObjectId(arg);
+	Oid			dbids[MAX_SENDERS];
+	bool		more = true;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+	/* what it took and did not send goes back, whatever ends it */
+	before_shmem_exit(sender_exit, (Datum) 0);
+	pgstat_report_activity(STATE_RUNNING, "dlock events");
+	while (more)
+	{
+		int			n;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		dlock_events_send();
+		CommitTransactionCommand();
+		dlock_events_end(true);
+		more = false;
+		n = dlock_events_databases(dbids, MAX_SENDERS);
+		for (int i = 0; i < n; i++)
+			more |= (dbids[i] == dbid);
+		CHECK_FOR_INTERRUPTS();
+	}
 	pgstat_report_activity(STATE_IDLE, NULL);
 	proc_exit(0);
 }

@@ -20,6 +20,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "events.h"
 #include "wait.h"
 #include "xact.h"
 
@@ -50,6 +51,10 @@ typedef struct DLockOp
 								 * name's ended leases */
 	int64		expires;		/* RENEW: new expiry */
 	int64		version;		/* RENEW: the row version it wrote (0: none) */
+	bool		forced;			/* RELEASE: by dlock_force_release */
+	uint8		mode;			/* ACQUIRE with events: the lease's mode */
+	uint64		event_seq;		/* ACQUIRE: its grant event's seq; 0: none */
+	const char *lifetime;		/* ACQUIRE with events: the lease's lifetime */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -204,6 +209,7 @@ log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
 	op->hash = req->hash;
 	memcpy(&op->owner, &req->owner, offsetof(DLockOwner, str) + req->owner.len);
 	op->token = token;
+	op->mode = (uint8) req->mode;
 	ops = lappend(ops, op);
 	if (op_index != NULL)
 		index_add(op);
@@ -248,6 +254,14 @@ dlock_xact_granted(DLockOp *op, uint64 token, bool durable)
 	op->kind = DLOCK_OP_ACQUIRE;
 	op->token = token;
 	op->durable = durable;
+}
+
+/* The granted op's event (seq 0: none), sent at commit. */
+void
+dlock_xact_granted_event(DLockOp *op, uint64 seq, const char *lifetime)
+{
+	op->event_seq = seq;
+	op->lifetime = lifetime;
 }
 
 /* The granted op also deleted the rows of the name's ended leases. */
@@ -309,6 +323,16 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 	DLockOp    *op = log_op(DLOCK_OP_RELEASE, req, token);
 
 	op->durable = durable;
+}
+
+/* A release by dlock_force_release(): its event says "forced". */
+void
+dlock_xact_force(const DLockRequest *req, uint64 token, bool durable)
+{
+	DLockOp    *op = log_op(DLOCK_OP_RELEASE, req, token);
+
+	op->durable = durable;
+	op->forced = true;
 }
 
 DLockOp    *
@@ -438,7 +462,11 @@ undo_from(int level)
 		if (op->level < level)
 			break;
 		if (op->kind == DLOCK_OP_ACQUIRE)
+		{
 			dlock_handoff_free(&op->key, op->hash, op->token, true);
+			if (op->event_seq != 0)
+				dlock_events_undone(&op->key, op->token);
+		}
 		else if ((op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE) &&
 				 op->token != 0)
 		{
@@ -491,14 +519,45 @@ apply_commit(void)
 	}
 }
 
+/*
+ * Queues the events of the transaction's grants and of the releases it
+ * applies at commit, in the order they were made (events.c).
+ */
+static void
+send_events(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->token == 0)
+			continue;
+		if (op->kind == DLOCK_OP_ACQUIRE && op->event_seq != 0)
+			dlock_events_add_grant(&op->key, &op->owner, op->token, op->event_seq,
+								   (DLockMode) op->mode, op->lifetime);
+		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL)
+			dlock_events_add_end(&op->key, op->hash, op->token, op->forced);
+	}
+	dlock_events_send();
+}
+
 static void
 xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			/* events off (no lease ever had them): one flag test */
+			if (ops != NIL && dlock_events_in_use())
+				send_events();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			apply_commit();
+			if (ops != NIL && dlock_events_in_use())
+				dlock_events_end(true);
 			ops = NIL;
 			op_index = NULL;	/* freed with TopTransactionContext */
 			fence_index = NULL;
@@ -506,6 +565,8 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			undo_from(0);
+			if (ops != NIL && dlock_events_in_use())
+				dlock_events_end(false);
 			ops = NIL;
 			op_index = NULL;
 			fence_index = NULL;

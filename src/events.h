@@ -1,0 +1,80 @@
+/*
+ * events.h
+ *		Change events: each grant and end of a lease granted with
+ *		dlock.events on, sent with NOTIFY on channel "dlock" in the lease's
+ *		database when the change commits (events.c).
+ *
+ * Every event carries "seq", taken from one counter under the name's
+ * partition lock when the change takes effect: on each name, seq orders the
+ * events as the changes happened.
+ */
+#ifndef DLOCK_EVENTS_H
+#define DLOCK_EVENTS_H
+
+#include "engine.h"
+
+typedef enum DLockEventKind
+{
+	DLOCK_EVENT_GRANTED,
+	DLOCK_EVENT_RELEASED,
+	DLOCK_EVENT_EXPIRED,
+	DLOCK_EVENT_FORCED,
+	DLOCK_EVENT_ENDED
+} DLockEventKind;
+
+extern Size dlock_events_shmem_size(void);
+extern void dlock_events_shmem_init(LWLock *lock);
+
+/* Whether any lease was granted with events since shared memory began. */
+extern bool dlock_events_in_use(void);
+
+/*
+ * Under the lease's partition lock (exclusive).  A new lease (granted to
+ * backend pid, with events if on) takes its grant's seq, returned (0: no
+ * events); its grant is sent when that backend's transaction commits.
+ */
+extern uint64 dlock_event_granted(DLockEntry *lease, bool on, int pid);
+
+/* A lease ended by its ttl (after lock-delay), about to leave the engine. */
+extern void dlock_event_expired(DLockEntry *lease);
+
+/*
+ * A lease ended because the backend or transaction it belongs to ended
+ * (lifetime 'session' or 'transaction'): "ended", sent like an expiry.  For
+ * the one function that ends such leases, under the partition lock, before
+ * the lease leaves the engine.
+ */
+extern void dlock_event_ended(DLockEntry *lease);
+
+/*
+ * The payload's "lifetime" of a lease, a word of 15 bytes at most; NULL: a
+ * lease granted to this backend that ended before it could look.  The one
+ * place that knows lifetimes.
+ */
+extern const char *dlock_event_lifetime(const DLockEntry *lease);
+
+/*
+ * At the top transaction's pre-commit (xact.c), in the order of its changes:
+ * its grants and its releases (forced: by dlock_force_release), then send()
+ * queues them, with the events left for this database, with NOTIFY.
+ */
+extern void dlock_events_add_grant(const DLockKey *key, const DLockOwner *owner,
+								   uint64 token, uint64 seq, DLockMode mode,
+								   const char *lifetime);
+extern void dlock_events_add_end(const DLockKey *key, uint32 hash, uint64 token,
+								 bool forced);
+extern void dlock_events_send(void);
+
+/* A grant taken back by a subtransaction's abort. */
+extern void dlock_events_undone(const DLockKey *key, uint64 token);
+
+/* The transaction ended (after its changes were applied or undone). */
+extern void dlock_events_end(bool commit);
+
+/* A database's leases were dropped (dlock_db_purge): so are its events. */
+extern void dlock_events_forget(Oid dbid);
+
+/* Databases with events to send, for the worker to send a sender to. */
+extern int	dlock_events_databases(Oid *dbids, int max);
+
+#endif							/* DLOCK_EVENTS_H */
