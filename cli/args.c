@@ -93,6 +93,7 @@ usage(FILE *f)
 			"  dlock [OPTION]... try [--ttl DUR] [--shared | --permits N] [--owner OWNER] NAME\n"
 			"  dlock [OPTION]... release --owner OWNER [--token TOKEN] NAME\n"
 			"  dlock [OPTION]... status [NAME]\n"
+			"  dlock [OPTION]... watch [--json] [NAME]...\n"
 			"  dlock --help | --version\n"
 			"\n"
 			"run   takes the lease (waiting for it unless --no-wait), runs COMMAND in a process\n"
@@ -106,6 +107,9 @@ usage(FILE *f)
 			"try   takes the lease if it is free and prints \"TOKEN OWNER\"; it is not renewed.\n"
 			"release  releases OWNER's lease on NAME (only with TOKEN, if given).\n"
 			"status   lists holders and waiters (of NAME, or of every name).\n"
+			"watch    prints each change event of the NAMEs (of every name without one) as it\n"
+			"         happens, one line each (leases granted with dlock.events on); it runs until\n"
+			"         its connection is lost (exit 77) or a signal ends it.\n"
 			"\n"
 			"Options (before or after the subcommand):\n"
 			"  -d CONNINFO, --dbname=CONNINFO\n"
@@ -126,6 +130,7 @@ usage(FILE *f)
 			"                         TTL if less; must be less than half the TTL)\n"
 			"  --owner=OWNER          lease owner (default dlock-run:HOST:PID, dlock-try:HOST:PID)\n"
 			"  --token=TOKEN          release: only the lease with this fencing token\n"
+			"  --json                 watch: print each event's JSON payload\n"
 			"DUR is a number with an optional unit: ms, s, m, h, d (default s): 500ms, 1.5s, 2m;\n"
 			"at most 7 days.\n"
 			"\n"
@@ -222,6 +227,7 @@ enum
 	OPT_TOKEN,
 	OPT_SHARED,
 	OPT_PERMITS,
+	OPT_JSON,
 	OPT_VERSION
 };
 
@@ -247,6 +253,7 @@ static const struct option subcommand_options[] = {
 	{"token", required_argument, NULL, OPT_TOKEN},
 	{"shared", no_argument, NULL, OPT_SHARED},
 	{"permits", required_argument, NULL, OPT_PERMITS},
+	{"json", no_argument, NULL, OPT_JSON},
 	{NULL, 0, NULL, 0}
 };
 
@@ -319,6 +326,9 @@ read_options(int argc, char **argv, const char *optstring,
 					usage_error("--permits must be a whole number from 1");
 				a->permits = optarg;
 				break;
+			case OPT_JSON:
+				a->json = true;
+				break;
 			default:
 				option_error(optc, argv);
 		}
@@ -335,7 +345,7 @@ subcommand(int argc, char **argv, int i)
 	const char *sub;
 
 	if (i >= argc)
-		usage_error("no subcommand given (run, try, release or status)");
+		usage_error("no subcommand given (run, try, release, status or watch)");
 	sub = argv[i];
 	if (strcmp(sub, "help") == 0)
 	{
@@ -343,8 +353,9 @@ subcommand(int argc, char **argv, int i)
 		exit(0);
 	}
 	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 &&
-		strcmp(sub, "release") != 0 && strcmp(sub, "status") != 0)
-		usage_error("unknown subcommand \"%s\" (run, try, release or status)", sub);
+		strcmp(sub, "release") != 0 && strcmp(sub, "status") != 0 &&
+		strcmp(sub, "watch") != 0)
+		usage_error("unknown subcommand \"%s\" (run, try, release, status or watch)", sub);
 	return sub;
 }
 
@@ -373,8 +384,10 @@ check_options(const char *sub, const Args *a, const Given *given, int dashdash)
 		usage_error("--shared and --permits are options of run and try");
 	if (a->permits != NULL && strcmp(a->mode, "shared") == 0)
 		usage_error("--shared and --permits exclude each other");
-	if (strcmp(sub, "status") == 0 && a->owner != NULL)
-		usage_error("--owner is not an option of status");
+	if ((strcmp(sub, "status") == 0 || strcmp(sub, "watch") == 0) && a->owner != NULL)
+		usage_error("--owner is not an option of %s", sub);
+	if (strcmp(sub, "watch") != 0 && a->json)
+		usage_error("--json is an option of watch");
 	if (a->owner != NULL && (a->owner[0] == '\0' || strlen(a->owner) > MAX_OWNER_LEN))
 		usage_error("--owner must be 1 to %d bytes", MAX_OWNER_LEN);
 	if (given->ttl && (a->ttl_ms < MIN_TTL_MS || a->ttl_ms > MAX_TTL_MS))
@@ -434,7 +447,7 @@ run_arguments(Args *a, const Given *given, char **sargv, int dashdash,
 	a->argv = cmd;
 }
 
-/* The NAME of try, release and status, the npos words at pos. */
+/* The NAMEs of try, release, status and watch, the npos words at pos. */
 static void
 name_argument(const char *sub, Args *a, char **pos, int npos)
 {
@@ -456,6 +469,18 @@ name_argument(const char *sub, Args *a, char **pos, int npos)
 			usage_error("release needs --owner");
 		a->command = CMD_RELEASE;
 		a->name = pos[0];
+		return;
+	}
+	if (strcmp(sub, "watch") == 0)
+	{
+		for (int i = 0; i < npos; i++)
+		{
+			if (pos[i][0] == '\0')
+				usage_error("NAME must not be empty");
+		}
+		a->command = CMD_WATCH;
+		a->names = pos;
+		a->nnames = npos;
 		return;
 	}
 	/* status */

@@ -14,7 +14,8 @@ typedef enum
 	CMD_RUN,
 	CMD_TRY,
 	CMD_RELEASE,
-	CMD_STATUS
+	CMD_STATUS,
+	CMD_WATCH
 } Command;
 
 typedef struct
@@ -32,6 +33,9 @@ typedef struct
 	ms_t		timeout_ms;		/* run: -1 waits until granted */
 	bool		nowait;			/* run */
 	char	  **argv;			/* run: the command and its arguments */
+	char	  **names;			/* watch: the names (none: every name) */
+	int			nnames;
+	bool		json;			/* watch: print the payloads */
 } Args;
 
 extern void parse_args(int argc, char **argv, Args *a);

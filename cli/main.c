@@ -7,9 +7,11 @@
  *		dlock try [options] NAME
  *		dlock release --owner OWNER [--token TOKEN] NAME
  *		dlock status [NAME]
+ *		dlock watch [--json] [NAME]...
  *
  * This file is the entry point: it reads the command line (args.c) and
- * hands it to the subcommand, "run" in run.c, the others in oneshot.c.
+ * hands it to the subcommand, "run" in run.c, "watch" in watch.c, the
+ * others in oneshot.c.
  *
  * Copyright: the dlock authors; same licence as the extension.
  */
@@ -18,6 +20,7 @@
 #include "oneshot.h"
 #include "run.h"
 #include "session.h"
+#include "watch.h"
 
 int
 main(int argc, char **argv)
@@ -37,6 +40,8 @@ main(int argc, char **argv)
 			return cmd_release(&args);
 		case CMD_STATUS:
 			return cmd_status(&args);
+		case CMD_WATCH:
+			return cmd_watch(&args);
 	}
 	return EXIT_USAGE;			/* not reached: parse_args() sets a command */
 }
