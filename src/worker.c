@@ -7,7 +7,8 @@
  * it), then ends what is due in short per-partition batches: each lease goes
  * to its next waiter or is dropped.  Rows left in a database's lease table
  * are deleted by a sweeper it starts there, which does what dlock_sweep()
- * does and exits.  Waiters never depend on the worker: each times its holder's
+ * does and exits; change events that wait for a sender (events.c) are sent
+ * by a sender it starts in their database, which exits when none is left.  Waiters never depend on the worker: each times its holder's
  * expiry itself.
  *
  * Locking: expiries take one partition lock at a time, a batch at most per

@@ -9,7 +9,8 @@
  * an abort forgets them.  So shared memory changes a lease's expiry or ends
  * it only when the row write that says so has committed, and a rolled-back
  * write never touches it.  A committed subtransaction hands its log to its
- * parent.
+ * parent.  The top-level commit also sends the change events of its grants
+ * and releases (events.c), before it commits.
  *
  * Locking: the log is backend-local; applying it takes the partition lock
  * of one name at a time (through wait.c).
