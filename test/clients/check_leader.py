@@ -11,7 +11,12 @@ transaction mode) and checks the leader-election recipe:
   * SIGKILL (a crashed leader): a follower leads once the TTL has run out;
   * the log of the leaders' fenced writes, in commit order, has tokens that
     never go back and one leader per token, so no two terms overlapped;
-  * after SIGTERM to all, dlock_locks and dlock_waiters are empty.
+  * after SIGTERM to all, dlock_locks and dlock_waiters are empty;
+  * change events (--events-dsn, a direct session connection): an observer
+    (--observe) prints each new leader and each end from the events alone;
+    a leader whose lease is force-released steps down on its "forced"
+    event (its renewals come every 10 s here, its events within ms), and
+    the observer saw the grant, the force and the next grant in that order.
 
 Used by test/suites/leader.sh.  Exit status 0 when every check holds.
 """
@@ -57,6 +62,8 @@ def main():
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--ttl", type=float, default=3.0)
     ap.add_argument("--name", default="orders-leader")
+    ap.add_argument("--events-dsn", required=True,
+                    help="a direct session connection for LISTEN (not PgBouncer)")
     a = ap.parse_args()
     ttl = a.ttl
     t_start = time.monotonic()
@@ -187,6 +194,51 @@ def main():
                 continue
             rc = e.wait(10)
             check(rc == 0, f"instance {i} exited 0 (rc {rc})")
+
+        print("== change events: an observer follows the leader without polling;"
+              " a forced leader steps down on its event", flush=True)
+        leader_py = os.path.join(a.top, "examples/python/leader.py")
+        obs = Example([a.python, leader_py, "--dsn", a.dsn, "--name", a.name,
+                       "--observe", "--events-dsn", a.events_dsn], "observer")
+        insts.append(obs)
+        check(obs.wait_line(r"^observed: no leader$", 15) is not None,
+              "the observer reads the state once: no leader")
+        ev = [Example([a.python, leader_py, "--dsn", a.dsn, "--name", a.name,
+                       "--ttl", "30", "--owner", f"events-{i}",
+                       "--events-dsn", a.events_dsn], f"e{i}") for i in range(2)]
+        insts.extend(ev)
+        m = obs.wait_line(r"^observed: leader (events-\d) token=(\d+) seq=\d+$", 15)
+        check(m is not None, f"the observer saw the grant: {m and m.group(0)}")
+        if m is None:
+            return 1
+        first, first_token = int(m.group(1)[-1]), m.group(2)
+        check(ev[first].wait_line(rf"^leading token={first_token}$", 10) is not None,
+              f"events-{first} leads with token {first_token}")
+        for _ in range(100):		# until it has written (each term writes)
+            if str(state()[1]) == first_token:
+                break
+            time.sleep(0.05)
+        check(str(state()[1]) == first_token, f"events-{first} writes with its token")
+        adm.execute("SELECT dlock_force_release(%s)", (a.name,))
+        m = ev[first].wait_line(r"^stepped down: (.*); released=(\S+)$", 10)
+        check(m is not None and m.group(1).startswith("lease forced (event"),
+              f"events-{first} stepped down on its forced event: {m and m.group(1)}")
+        other = 1 - first
+        m2 = obs.wait_line(r"^observed: leader events-%d token=(\d+)" % other, 10)
+        check(m2 is not None and int(m2.group(1)) > int(first_token),
+              f"the observer saw events-{other} lead next, with a larger token")
+        lines = [x for x in obs.output() if x.startswith("observed: ")]
+        want = [f"observed: leader events-{first} token={first_token}",
+                f"observed: no leader: events-{first} token={first_token} forced",
+                f"observed: leader events-{other} token="]
+        got = [x for x in lines[1:4]]
+        check(len(got) == 3 and all(g.startswith(w) for g, w in zip(got, want)),
+              f"the observer's lines, in order: {got}")
+        for e in ev + [obs]:
+            e.proc.send_signal(signal.SIGTERM)
+        for e in ev + [obs]:
+            rc = e.wait(10)
+            check(rc == 0, f"{e.label} exited 0 (rc {rc})")
     finally:
         for e in insts:
             if e.proc.poll() is None:

@@ -17,5 +17,6 @@ start_pgbouncer "app = dbname=postgres pool_size=8"
 "$PY" "$here/test/clients/check_leader.py" --top "$here" --python "$PY" \
 	--admin-dsn "host=$sock port=$pgport dbname=postgres" \
 	--dsn "host=127.0.0.1 port=$bouncer_port dbname=app user=$app_user password=$app_password" \
-	--user "$app_user"
+	--user "$app_user" \
+	--events-dsn "host=127.0.0.1 port=$pgport dbname=postgres user=$app_user password=$app_password"
 check_server_log
