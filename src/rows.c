@@ -277,7 +277,9 @@ void
 dlock_store_insert(const DLockKey *key, const DLockRow *row)
 {
 	AsOwner		saved;
-	Datum		args[10];
+	Datum		args[12];
+	char		nulls[13] = "            ";
+	int			nargs = dlock_table_has_hold() ? 12 : 10;
 
 	dlock_table_check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
@@ -290,46 +292,59 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 	args[7] = Int32GetDatum(row->permits);
 	args[8] = Int64GetDatum(row->version);
 	args[9] = ttl_datum(row->ttl);
+	args[10] = ttl_datum(row->min_hold);
+	args[11] = TimestampTzGetDatum(row->released_at);
+	nulls[7] = row->permits == 0 ? 'n' : ' ';
+	nulls[10] = row->min_hold == 0 ? 'n' : ' ';
+	nulls[11] = row->released_at == 0 ? 'n' : ' ';
 	promise_commit();
 	if (!row->takeover)
 	{
-		/* in the table's column order */
+		/* in the table's column order (a table before 1.2 has 10) */
 		Datum		values[LEASE_NATTS] = {args[0], args[1], args[2], args[3],
-		args[4], args[5], args[9], args[8], args[6], args[7]};
-		bool		nulls[LEASE_NATTS] = {0};
+		args[4], args[5], args[9], args[8], args[6], args[7], args[10], args[11]};
+		bool		isnull[LEASE_NATTS] = {0};
 
-		nulls[LEASE_NATTS - 1] = (row->permits == 0);
-		if (insert_direct(values, nulls))
+		isnull[9] = (nulls[7] == 'n');
+		isnull[10] = (nulls[10] == 'n');
+		isnull[11] = (nulls[11] == 'n');
+		if (insert_direct(values, isnull))
 			return;
 	}
 
 	dlock_table_spi_begin(&saved, true, false);
 	if (plan_write == NULL)
 	{
-		Oid			types[10] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, INTERVALOID};
-		const char *insert = " INSERT INTO %1$s"
+		Oid			types[12] = {TEXTOID, TEXTOID, OIDOID, INT8OID,
+			TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, INTERVALOID,
+		INTERVALOID, TIMESTAMPTZOID};
+		const char *insert = nargs == 12 ? " INSERT INTO %1$s"
+		" (name, owner, role, token, granted_at, expires_at, ttl, version, mode, permits,"
+		" min_hold, released_at)"
+		" VALUES ($1, $2, $3, $4, $5, $6, $10, $9, $7, $8, $11, $12)" :
+		" INSERT INTO %1$s"
 		" (name, owner, role, token, granted_at, expires_at, ttl, version, mode, permits)"
 		" VALUES ($1, $2, $3, $4, $5, $6, $10, $9, $7, $8)";
 
-		dlock_table_prepare(&plan_write, insert, 10, types);
+		dlock_table_prepare(&plan_write, insert, nargs, types);
 		dlock_table_prepare(&plan_takeover, psprintf("WITH older AS (DELETE FROM %%1$s"
 													 " WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 													 "SELECT ctid FROM %%1$s"
 													 " WHERE name OPERATOR(pg_catalog.=) $1"
 													 " AND token OPERATOR(pg_catalog.<) $4"
 													 " FOR UPDATE SKIP LOCKED)))%s", insert),
-							10, types);
+							nargs, types);
 	}
-	if (execute(row->takeover ? plan_takeover : plan_write, args,
-				row->permits == 0 ? "       n  " : NULL, 0) != SPI_OK_INSERT ||
+	nulls[nargs] = '\0';
+	if (execute(row->takeover ? plan_takeover : plan_write, args, nulls, 0) != SPI_OK_INSERT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
 	dlock_table_spi_end(&saved);
 }
 
 /*
- * Moves the expiry of a lease's row, and its ttl (an extension or renewal).
+ * Moves the expiry of a lease's row, and its ttl (an extension or renewal,
+ * released_at 0; or a release within its minimum hold, released_at set).
  * The update waits for any other transaction writing the row, so row
  * versions follow commit order.  It never creates a row: if the row is gone
  * (released from another session), nothing is written.  Returns the row's
@@ -337,28 +352,33 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
  */
 int64
 dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
-				   int64 ttl)
+				   int64 ttl, TimestampTz released_at)
 {
 	AsOwner		saved;
-	Datum		args[4];
+	Datum		args[5];
+	bool		has_hold = dlock_table_has_hold();
 	int64		version = 0;
 
 	dlock_table_spi_begin(&saved, true, false);
 	if (plan_update == NULL)
 	{
-		Oid			types[4] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID};
+		Oid			types[5] = {TEXTOID, INT8OID, TIMESTAMPTZOID, INTERVALOID, TIMESTAMPTZOID};
 
-		dlock_table_prepare(&plan_update, "UPDATE %s SET expires_at = $3, ttl = $4,"
-							" version = version OPERATOR(pg_catalog.+) 1"
-							" WHERE name OPERATOR(pg_catalog.=) $1"
-							" AND token OPERATOR(pg_catalog.=) $2"
-							" RETURNING version", 4, types);
+		dlock_table_prepare(&plan_update, psprintf("UPDATE %%s SET expires_at = $3, ttl = $4,%s"
+												   " version = version OPERATOR(pg_catalog.+) 1"
+												   " WHERE name OPERATOR(pg_catalog.=) $1"
+												   " AND token OPERATOR(pg_catalog.=) $2"
+												   " RETURNING version",
+												   has_hold ? " released_at = $5," : ""),
+							has_hold ? 5 : 4, types);
 	}
+	Assert(has_hold || released_at == 0);
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
 	args[2] = TimestampTzGetDatum(expires_at);
 	args[3] = ttl_datum(ttl);
-	if (execute(plan_update, args, NULL, 1) != SPI_OK_UPDATE_RETURNING)
+	args[4] = TimestampTzGetDatum(released_at);
+	if (execute(plan_update, args, released_at == 0 ? "    n" : NULL, 1) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update a dlock lease row");
 	if (SPI_processed == 1)
 	{
@@ -616,8 +636,11 @@ dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
 	(void) dlock_table_lookup();
 	dlock_table_spi_begin(&saved, false, true);
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
-							 " NULL::int, 0, version, true, mode, permits FROM %s"
-							 " WHERE expires_at > clock_timestamp()", dlock_lease_table),
+							 " NULL::int, 0, version, true, mode, permits%s FROM %s"
+							 " WHERE expires_at > clock_timestamp()",
+							 tupdesc->natts <= 12 ? "" : dlock_table_has_hold() ?
+							 ", min_hold, released_at" :
+							 ", NULL::interval, NULL::timestamptz", dlock_lease_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	for (uint64 i = 0; i < SPI_processed; i++)

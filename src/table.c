@@ -43,6 +43,8 @@
 static Oid	lease_relid = InvalidOid;
 static Oid	lease_owner = InvalidOid;
 static Oid	plans_relid = InvalidOid;
+static bool has_hold = false;	/* the table has 1.2's columns */
+static bool plans_has_hold = false;
 char	   *dlock_lease_table = NULL;	/* qualified, quoted name */
 char	   *dlock_floor_table = NULL;	/* dlock_token_floor, likewise */
 
@@ -154,7 +156,13 @@ dlock_table_lookup(void)
 	lease_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 
-	if (relid != plans_relid)
+	/*
+	 * The library serves an extension not yet updated to 1.2 too: its table
+	 * has no min_hold and released_at, and no call can ask for a hold.
+	 */
+	has_hold = get_attnum(relid, "min_hold") != InvalidAttrNumber &&
+		get_attnum(relid, "released_at") != InvalidAttrNumber;
+	if (relid != plans_relid || has_hold != plans_has_hold)
 	{
 		forget_plans();
 		if (dlock_lease_table != NULL)
@@ -168,10 +176,18 @@ dlock_table_lookup(void)
 												quote_qualified_identifier(get_namespace_name(nsp),
 																		   "dlock_token_floor"));
 		plans_relid = relid;
+		plans_has_hold = has_hold;
 		direct_checked = 0;
 	}
 	lease_looked_up = invals;
 	return lease_relid;
+}
+
+/* Whether the table looked up has the columns of a minimum hold (1.2). */
+bool
+dlock_table_has_hold(void)
+{
+	return has_hold;
 }
 
 /*
@@ -283,7 +299,10 @@ typedef struct LeaseColumn
 	bool		notnull;
 } LeaseColumn;
 
-/* the columns of dlock--1.0.sql, in the order heap_form_tuple fills them */
+/*
+ * the columns of dlock--1.0.sql, then those dlock--1.1--1.2.sql adds, in the
+ * order heap_form_tuple fills them
+ */
 static const LeaseColumn lease_columns[LEASE_NATTS] = {
 	{"name", TEXTOID, true},
 	{"owner", TEXTOID, true},
@@ -294,7 +313,9 @@ static const LeaseColumn lease_columns[LEASE_NATTS] = {
 	{"ttl", INTERVALOID, true},
 	{"version", INT8OID, true},
 	{"mode", TEXTOID, true},
-	{"permits", INT4OID, false}
+	{"permits", INT4OID, false},
+	{"min_hold", INTERVALOID, false},
+	{"released_at", TIMESTAMPTZOID, false}
 };
 
 /* what dlock_table_open_direct found when it last checked (direct_checked) */
@@ -314,10 +335,10 @@ lease_table_fits(Relation rel)
 		rel->rd_rel->relhassubclass || rel->rd_rel->relispartition ||
 		rel->trigdesc != NULL || rel->rd_rules != NULL ||
 		rel->rd_rel->relrowsecurity ||
-		desc->natts != LEASE_NATTS ||
+		desc->natts != (has_hold ? LEASE_NATTS : LEASE_NATTS_1_1) ||
 		(desc->constr != NULL && desc->constr->num_check > 0))
 		return false;
-	for (int i = 0; i < LEASE_NATTS; i++)
+	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		const LeaseColumn *col = &lease_columns[i];

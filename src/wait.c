@@ -148,7 +148,7 @@ dlock_wait_prepare(void)
 void
 dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 			  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-			  TransactionId durable_xid)
+			  TransactionId durable_xid, int64 min_hold)
 {
 	DLockWaiter *w = my_slot;
 
@@ -158,6 +158,7 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 	w->hash = head->hash;
 	w->token = 0;
 	w->ttl = ttl;
+	w->min_hold = min_hold;
 	w->deadline = deadline;
 	w->wake_at = deadline;
 	w->since = GetCurrentTimestamp();
@@ -233,6 +234,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 				dlock_wake_later(w->proc);
 			break;				/* else not reserved and full: it waits on */
 		}
+		dlock_set_min_hold(lease, w->min_hold, now);
 		dlist_pop_head_node(&head->u.h.waiters);
 		head->nwaiters--;
 		w->reserved = false;
@@ -777,9 +779,38 @@ dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 			(!lease->durable || version > lease->version))
 		{
 			dlock_set_expires(lease, expires);
+			/* a renewal or extension takes back a release within the hold */
+			lease->released_at = 0;
 			if (lease->durable)
 				lease->version = version;
 		}
+		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
+	}
+	LWLockRelease(dlock_partition_lock(hash));
+	dlock_wake_all();
+}
+
+/*
+ * A release within the lease's minimum hold, at commit: the lease stays its
+ * owner's until expires (the hold's end, or its expiry if sooner), marked
+ * released, unless it is durable and already has a row version as new as
+ * version.  The head waiter is woken to re-arm its timer for that moment.
+ */
+void
+dlock_handoff_hold(const DLockKey *key, uint32 hash, uint64 token,
+				   int64 expires, int64 version, TimestampTz released_at)
+{
+	DLockEntry *lease;
+
+	dlock_wake_init();
+	lease = lock_lease(key, hash, token);
+	if (lease != NULL && !lease->released &&
+		(!lease->durable || version > lease->version))
+	{
+		dlock_set_expires(lease, Min(expires, lease->expires));
+		lease->released_at = released_at;
+		if (lease->durable)
+			lease->version = version;
 		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
 	LWLockRelease(dlock_partition_lock(hash));

@@ -48,8 +48,12 @@ typedef struct DLockOp
 								 * ACQUIRE: the grant wrote a row */
 	bool		clears;			/* ACQUIRE: the grant deleted the rows of the
 								 * name's ended leases */
-	int64		expires;		/* RENEW: new expiry */
-	int64		version;		/* RENEW: the row version it wrote (0: none) */
+	int64		expires;		/* RENEW: new expiry; RELEASE: within the
+								 * lease's minimum hold, when it ends (0: at
+								 * once) */
+	int64		version;		/* RENEW, RELEASE within the hold: the row
+								 * version it wrote (0: none) */
+	TimestampTz released_at;	/* RELEASE within the hold: when */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -311,6 +315,21 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 	op->durable = durable;
 }
 
+/*
+ * A release within the lease's minimum hold: at commit the lease ends at
+ * expires instead, marked released (its row, if any, was updated to version).
+ */
+void
+dlock_xact_release_hold(const DLockRequest *req, uint64 token, int64 expires,
+						int64 version, TimestampTz released_at)
+{
+	DLockOp    *op = log_op(DLOCK_OP_RELEASE, req, token);
+
+	op->expires = expires;
+	op->version = version;
+	op->released_at = released_at;
+}
+
 DLockOp    *
 dlock_xact_renew(const DLockRequest *req)
 {
@@ -485,7 +504,11 @@ apply_commit(void)
 			dlock_handoff_set_expiry(&op->key, op->hash, op->token, 0, 0);
 		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL)
 		{
-			dlock_handoff_free(&op->key, op->hash, op->token, op->durable);
+			if (op->expires != 0)
+				dlock_handoff_hold(&op->key, op->hash, op->token, op->expires,
+								   op->version, op->released_at);
+			else
+				dlock_handoff_free(&op->key, op->hash, op->token, op->durable);
 			dlock_count(DLOCK_STAT_RELEASES);
 		}
 	}
