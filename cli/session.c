@@ -338,6 +338,11 @@ static const char *const sql_templates[NUM_SQL] = {
 	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer)",
 	[SQL_ACQUIRE] =
 	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)",
+	[SQL_TRY_HOLD] =
+	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer, min_hold => $6::interval)",
+	[SQL_ACQUIRE_HOLD] =
+	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer,"
+	" min_hold => $7::interval)",
 	[SQL_RENEW] =
 	"SELECT @.dlock_renew($1, $2::interval, $3)",
 	[SQL_RELEASE] =
