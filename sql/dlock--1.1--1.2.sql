@@ -9,12 +9,22 @@ AS 'MODULE_PATHNAME', 'dlock_grace' LANGUAGE C VOLATILE;
 
 -- A minimum hold (min_hold): a lease released before its grant plus min_hold
 -- ends only then, so a job run once per period by hosts whose start times
--- differ by less than that runs once.  Its row keeps the hold (a restart
--- keeps it) and when its owner released it within the hold.  Both columns
--- are NULL when there is none; adding them rewrites nothing.
-ALTER TABLE dlock_leases
-	ADD COLUMN min_hold interval,
-	ADD COLUMN released_at timestamptz;
+-- differ by less than that runs once.  A durable lease with a hold has a row
+-- here too, written in its row's transaction (a restart keeps the hold), and
+-- when its owner released it within the hold; a lease without one has none.
+-- A table of its own, not columns of dlock_leases: adding columns takes an
+-- ACCESS EXCLUSIVE lock on dlock_leases, so the update would wait for every
+-- open grant's transaction and every grant and release would queue behind
+-- it.  Written only by the functions below, as its owner; not dumped, as
+-- dlock_leases is not (a restore brings back no leases, so no holds).
+CREATE TABLE dlock_lease_holds (
+	name text NOT NULL,
+	token bigint NOT NULL,		-- its lease's (name, token) in dlock_leases
+	min_hold interval NOT NULL,
+	released_at timestamptz,	-- released within the hold; NULL: not
+	PRIMARY KEY (name, token)
+);
+REVOKE ALL ON dlock_lease_holds FROM PUBLIC;
 
 -- The acquiring functions take min_hold last (NULL: none).
 DROP FUNCTION dlock_try(text, interval, text, text, integer);

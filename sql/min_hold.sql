@@ -19,6 +19,8 @@ SELECT count(*) AS nothing_granted FROM dlock_locks WHERE name IN ('mh', 'mh2');
 SELECT dlock_try('mh0', '1 hour', 'a', min_hold => '0') > 0 AS zero_ok;
 SELECT dlock_release('mh0', 'a') AS released_at_once;
 SELECT dlock_try('mh0', '1 hour', 'a', min_hold => NULL) > 0 AS null_ok;
+-- a lease without a hold has no hold row
+SELECT count(*) AS no_hold_row FROM dlock_lease_holds WHERE name = 'mh0';
 SELECT dlock_release('mh0', 'a') AS released_at_once;
 SELECT dlock_try('mh0', '1 hour', 'a', min_hold => '1 hour') > 0 AS ttl_long_ok;
 SELECT dlock_release('mh0', 'a') AS released;
@@ -26,18 +28,21 @@ SELECT count(*) AS still_held FROM dlock_locks WHERE name = 'mh0';
 SELECT dlock_force_release('mh0');
 
 -- Released within the hold: held until granted_at + min_hold, by the same
--- owner and token, shown released; its row says the same.
+-- owner and token, shown released; its rows say the same (the lease row its
+-- expiry, the hold row the hold and the release).
 SELECT dlock_try('mh', '2 hours', 'a', min_hold => '1 hour') AS t \gset
 SELECT min_hold, released_at FROM dlock_locks WHERE name = 'mh';
+SELECT token = :t AS hold_row, min_hold, released_at FROM dlock_lease_holds WHERE name = 'mh';
 SELECT dlock_release('mh', 'a', :t) AS released;
 SELECT owner, token = :t AS same_token, min_hold,
        released_at BETWEEN granted_at AND now() + '1 minute' AS released_now,
        expires_at - granted_at BETWEEN '59 minutes 59 seconds' AND '1 hour' AS ends_at_hold
 FROM dlock_locks WHERE name = 'mh';
-SELECT l.version = r.version AS same_version, r.min_hold, r.released_at = l.released_at AS same_release,
+SELECT l.version = r.version AS same_version, h.min_hold, h.released_at = l.released_at AS same_release,
        r.expires_at - r.granted_at BETWEEN '59 minutes 59 seconds' AND '1 hour' AS row_ends_at_hold,
        r.ttl BETWEEN '59 minutes' AND '1 hour' AS row_ttl_is_what_is_left
-FROM dlock_locks l JOIN dlock_leases r USING (name, token) WHERE name = 'mh';
+FROM dlock_locks l JOIN dlock_leases r USING (name, token)
+JOIN dlock_lease_holds h USING (name, token) WHERE name = 'mh';
 -- nobody else gets it meanwhile; the owner cannot release it twice
 SELECT dlock_try('mh', '1 minute', 'b') IS NULL AS other_refused;
 SELECT dlock_acquire('mh', '1 minute', '10 ms', 'b') IS NULL AS other_times_out;
@@ -53,8 +58,9 @@ SELECT dlock_renew('mh', '90 minutes', 'a') - now() > '89 minutes' AS renewed;
 SELECT released_at IS NULL AS taken_back, granted_at = :'g' AS same_grant, min_hold,
        expires_at - now() > '89 minutes' AS new_expiry
 FROM dlock_locks WHERE name = 'mh';
-SELECT r.released_at IS NULL AS row_taken_back, l.version = r.version AS same_version
-FROM dlock_locks l JOIN dlock_leases r USING (name, token) WHERE name = 'mh';
+SELECT h.released_at IS NULL AS row_taken_back, l.version = r.version AS same_version
+FROM dlock_locks l JOIN dlock_leases r USING (name, token)
+JOIN dlock_lease_holds h USING (name, token) WHERE name = 'mh';
 SELECT dlock_release('mh', 'a') AS released_again;
 SELECT released_at IS NOT NULL AS released, expires_at - granted_at <= '1 hour' AS ends_at_hold
 FROM dlock_locks WHERE name = 'mh';
@@ -68,14 +74,40 @@ BEGIN;
 SELECT dlock_release('mh', 'a') AS released_in_xact;
 SELECT released_at IS NULL AS not_yet FROM dlock_locks WHERE name = 'mh';
 ROLLBACK;
-SELECT l.released_at IS NULL AS rolled_back, l.version = r.version AS same_version
-FROM dlock_locks l JOIN dlock_leases r USING (name, token) WHERE name = 'mh';
+SELECT l.released_at IS NULL AS rolled_back, h.released_at IS NULL AS row_rolled_back,
+       l.version = r.version AS same_version
+FROM dlock_locks l JOIN dlock_leases r USING (name, token)
+JOIN dlock_lease_holds h USING (name, token) WHERE name = 'mh';
 
 -- A force release ends a lease within its hold at once.
 SELECT dlock_release('mh', 'a') AS released;
 SELECT dlock_force_release('mh') AS forced;
 SELECT count(*) AS gone FROM dlock_locks WHERE name = 'mh';
 SELECT count(*) AS row_gone FROM dlock_leases WHERE name = 'mh';
+SELECT count(*) AS hold_row_gone FROM dlock_lease_holds WHERE name = 'mh';
+SELECT dlock_try('mh', '1 minute', 'b') > :t AS next_holder;
+SELECT dlock_release('mh', 'b');
+
+-- So does a force release in the transaction that released it within its
+-- hold (the release is pending, not applied, when the force release runs);
+-- one rolled back to a savepoint leaves the release within the hold.
+SELECT dlock_try('mh', '2 hours', 'a', min_hold => '1 hour') AS t \gset
+BEGIN;
+SELECT dlock_release('mh', 'a') AS released;
+SAVEPOINT s;
+SELECT dlock_force_release('mh') AS forced;
+ROLLBACK TO s;
+COMMIT;
+SELECT token = :t AS same_token, released_at IS NOT NULL AS released_within_hold
+FROM dlock_locks WHERE name = 'mh';
+SELECT dlock_try('mh', '2 hours', 'a') = :t AS taken_back;
+BEGIN;
+SELECT dlock_release('mh', 'a') AS released;
+SELECT dlock_force_release('mh') AS forced;
+COMMIT;
+SELECT count(*) AS gone FROM dlock_locks WHERE name = 'mh';
+SELECT count(*) AS row_gone FROM dlock_leases WHERE name = 'mh';
+SELECT count(*) AS hold_row_gone FROM dlock_lease_holds WHERE name = 'mh';
 SELECT dlock_try('mh', '1 minute', 'b') > :t AS next_holder;
 SELECT dlock_release('mh', 'b');
 
@@ -84,6 +116,20 @@ SELECT dlock_try('mh', '1 hour', 'a', min_hold => '10 ms') IS NOT NULL AS grante
 SELECT pg_sleep(0.05);
 SELECT dlock_release('mh', 'a') AS released;
 SELECT count(*) AS gone_at_once FROM dlock_locks WHERE name = 'mh';
+SELECT count(*) AS hold_row_gone FROM dlock_lease_holds WHERE name = 'mh';
+
+-- A lease that ends by expiry leaves its rows to the sweep, or to the next
+-- grant on its name, which deletes the lease row only: the sweep deletes
+-- the hold rows whose lease rows are gone.
+SELECT dlock_try('mx1', '100 ms', 'a', min_hold => '50 ms') IS NOT NULL AS granted,
+       dlock_try('mx2', '100 ms', 'a', min_hold => '50 ms') IS NOT NULL AS granted;
+SELECT dlock_release('mx1', 'a') AS released_within_hold;
+SELECT pg_sleep(0.3);
+SELECT dlock_try('mx2', '1 minute', 'b') IS NOT NULL AS next_grant;
+SELECT owner AS the_next_grant_s_row_only FROM dlock_leases WHERE name = 'mx2';
+SELECT dlock_sweep() >= 0 AS swept;
+SELECT count(*) AS hold_rows_left FROM dlock_lease_holds WHERE name IN ('mx1', 'mx2');
+SELECT dlock_release('mx2', 'b');
 
 -- Memory-only leases, shared leases and permits: the same rule per lease.
 SET dlock.durable = off;

@@ -148,7 +148,6 @@ fill_row(DLockRow *row, const DLockEntry *lease, int64 version)
 	row->token = lease->token;
 	row->granted_at = lease->granted_at;
 	row->min_hold = lease->min_hold;
-	row->released_at = 0;
 	row->mode = (DLockMode) lease->mode;
 	row->permits = dlock_head_of(lease)->permits;
 	/* an exclusive lease's row closes every older row of its name anyway */
@@ -240,7 +239,7 @@ extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
 	else if (durable)
 		version = dlock_store_update(&req->key, token,
 									 dlock_mono_to_wall(expires, now, GetCurrentTimestamp()),
-									 req->ttl, 0);
+									 req->ttl, row->min_hold != 0, 0);
 	else
 		version = 0;
 	dlock_xact_renew_set(op, token, expires, version);

@@ -39,6 +39,7 @@ typedef struct HeldLease
 	uint64		token;
 	bool		durable;
 	int64		expires;
+	bool		hold;			/* it has a minimum hold (and a hold row) */
 	int64		hold_until;		/* its minimum hold's end; 0: none */
 	bool		hold_released;	/* released already, within that hold */
 } HeldLease;
@@ -82,6 +83,7 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				held_out->token = lease->token;
 				held_out->durable = lease->durable;
 				held_out->expires = lease->expires;
+				held_out->hold = (lease->min_hold != 0);
 				held_out->hold_until = lease->hold_until;
 				held_out->hold_released = (lease->released_at != 0);
 				wait_xid = dlock_grant_in_progress(lease);
@@ -134,7 +136,8 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	dlock_xact_renew_set(op, held.token, now + req->ttl, 0);
 	if (held.durable)
 	{
-		version = dlock_store_update(&req->key, held.token, *expires_at, req->ttl, 0);
+		version = dlock_store_update(&req->key, held.token, *expires_at, req->ttl,
+									 held.hold, 0);
 		dlock_xact_renew_set(op, held.token, now + req->ttl, version);
 		/* its row is gone: released from another session meanwhile */
 		if (version == 0)
@@ -161,7 +164,7 @@ release_within_hold(const DLockRequest *req, const HeldLease *held, int64 now)
 	{
 		version = dlock_store_update(&req->key, held->token,
 									 dlock_mono_to_wall(expires, now, wall_now),
-									 Max(expires - now, 1), wall_now);
+									 Max(expires - now, 1), true, wall_now);
 		if (version == 0)
 			return false;
 	}
@@ -189,7 +192,7 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 		return release_within_hold(req, &held, now);
 	dlock_xact_release(req, held.token, held.durable);
 	if (held.durable)
-		dlock_store_delete(&req->key, held.token);
+		dlock_store_delete(&req->key, held.token, held.hold);
 	return true;
 }
 
@@ -248,6 +251,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 				found[nfound].roleid = lease->roleid;
 				found[nfound].token = lease->token;
 				found[nfound].durable = lease->durable;
+				found[nfound].hold = (lease->min_hold != 0);
 				nfound++;
 			}
 		}
@@ -267,11 +271,10 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		memcpy(&holder, req, sizeof(DLockRequest));
 		memcpy(&holder.owner, &found[i].owner, sizeof(DLockOwner));
 		holder.roleid = found[i].roleid;
-		if (dlock_xact_release_pending(&holder))
+		if (!dlock_xact_force_release(&holder, found[i].token, found[i].durable))
 			continue;
-		dlock_xact_release(&holder, found[i].token, found[i].durable);
 		if (found[i].durable)
-			dlock_store_delete(&req->key, found[i].token);
+			dlock_store_delete(&req->key, found[i].token, found[i].hold);
 		found[n++] = found[i];
 	}
 	*broken = found;

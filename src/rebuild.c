@@ -144,7 +144,8 @@ typedef struct NameRows
 /*
  * Reads every row (into SPI_tuptable), by name and newest first, each with
  * whether it is valid and whether it counts as live: expiring after the
- * moment returned.
+ * moment returned; and its lease's minimum hold, from its hold row if any
+ * (none before 1.2).
  */
 static TimestampTz
 read_rows(bool after_start)
@@ -152,6 +153,7 @@ read_rows(bool after_start)
 	TimestampTz since = 0;
 	Oid			argtypes[1] = {TIMESTAMPTZOID};
 	Datum		args[1];
+	const char *holds = dlock_table_holds();
 
 	if (after_start)
 		since = Max(GetLatestXTime(), dlock_dbs->checkpoint_time);
@@ -161,10 +163,10 @@ read_rows(bool after_start)
 	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
 									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
 									   " expires_at OPERATOR(pg_catalog.>) $1, %s, ttl, %s"
-									   " FROM %s ORDER BY name, token DESC", dlock_table_row_valid_sql(),
-									   dlock_table_has_hold() ? "min_hold, released_at" :
-									   "NULL::interval, NULL::timestamptz",
-									   dlock_lease_table),
+									   " FROM %s%s ORDER BY name, token DESC", dlock_table_row_valid_sql(),
+									   holds != NULL ? "min_hold, released_at" :
+									   "NULL::interval, NULL::timestamptz", dlock_lease_table,
+									   holds != NULL ? psprintf(" LEFT JOIN %s USING (name, token)", holds) : ""),
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	return since;

@@ -43,10 +43,10 @@
 static Oid	lease_relid = InvalidOid;
 static Oid	lease_owner = InvalidOid;
 static Oid	plans_relid = InvalidOid;
-static bool has_hold = false;	/* the table has 1.2's columns */
-static bool plans_has_hold = false;
 char	   *dlock_lease_table = NULL;	/* qualified, quoted name */
 char	   *dlock_floor_table = NULL;	/* dlock_token_floor, likewise */
+static char *hold_table = NULL; /* dlock_lease_holds, likewise; NULL: not
+								 * found yet */
 
 /*
  * Where the files above keep their prepared statements (see
@@ -156,19 +156,16 @@ dlock_table_lookup(void)
 	lease_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 
-	/*
-	 * The library serves an extension not yet updated to 1.2 too: its table
-	 * has no min_hold and released_at, and no call can ask for a hold.
-	 */
-	has_hold = get_attnum(relid, "min_hold") != InvalidAttrNumber &&
-		get_attnum(relid, "released_at") != InvalidAttrNumber;
-	if (relid != plans_relid || has_hold != plans_has_hold)
+	if (relid != plans_relid)
 	{
 		forget_plans();
 		if (dlock_lease_table != NULL)
 			pfree(dlock_lease_table);
 		if (dlock_floor_table != NULL)
 			pfree(dlock_floor_table);
+		if (hold_table != NULL)
+			pfree(hold_table);
+		hold_table = NULL;
 		dlock_lease_table = MemoryContextStrdup(TopMemoryContext,
 												quote_qualified_identifier(get_namespace_name(nsp),
 																		   "dlock_leases"));
@@ -176,18 +173,35 @@ dlock_table_lookup(void)
 												quote_qualified_identifier(get_namespace_name(nsp),
 																		   "dlock_token_floor"));
 		plans_relid = relid;
-		plans_has_hold = has_hold;
 		direct_checked = 0;
 	}
 	lease_looked_up = invals;
 	return lease_relid;
 }
 
-/* Whether the table looked up has the columns of a minimum hold (1.2). */
-bool
-dlock_table_has_hold(void)
+/*
+ * The qualified, quoted name of the hold table (dlock_lease_holds, made by
+ * the update to 1.2) beside the lease table looked up, or NULL: the library
+ * serves an extension not yet updated too, whose calls ask for no hold.
+ * Looked for again until found, as creating it invalidates nothing this
+ * backend watches; only calls about a hold (and rebuilds, sweeps and the
+ * standby's list) ask, so a lease without one pays nothing.  Once found it
+ * stays for as long as the lease table does: only dropping the extension
+ * drops it.
+ */
+const char *
+dlock_table_holds(void)
 {
-	return has_hold;
+	Oid			nsp;
+
+	if (hold_table != NULL || !OidIsValid(lease_relid))
+		return hold_table;
+	nsp = get_rel_namespace(lease_relid);
+	if (OidIsValid(get_relname_relid("dlock_lease_holds", nsp)))
+		hold_table = MemoryContextStrdup(TopMemoryContext,
+										 quote_qualified_identifier(get_namespace_name(nsp),
+																	"dlock_lease_holds"));
+	return hold_table;
 }
 
 /*
@@ -299,10 +313,7 @@ typedef struct LeaseColumn
 	bool		notnull;
 } LeaseColumn;
 
-/*
- * the columns of dlock--1.0.sql, then those dlock--1.1--1.2.sql adds, in the
- * order heap_form_tuple fills them
- */
+/* the columns of dlock--1.0.sql, in the order heap_form_tuple fills them */
 static const LeaseColumn lease_columns[LEASE_NATTS] = {
 	{"name", TEXTOID, true},
 	{"owner", TEXTOID, true},
@@ -313,9 +324,7 @@ static const LeaseColumn lease_columns[LEASE_NATTS] = {
 	{"ttl", INTERVALOID, true},
 	{"version", INT8OID, true},
 	{"mode", TEXTOID, true},
-	{"permits", INT4OID, false},
-	{"min_hold", INTERVALOID, false},
-	{"released_at", TIMESTAMPTZOID, false}
+	{"permits", INT4OID, false}
 };
 
 /* what dlock_table_open_direct found when it last checked (direct_checked) */
@@ -335,10 +344,10 @@ lease_table_fits(Relation rel)
 		rel->rd_rel->relhassubclass || rel->rd_rel->relispartition ||
 		rel->trigdesc != NULL || rel->rd_rules != NULL ||
 		rel->rd_rel->relrowsecurity ||
-		desc->natts != (has_hold ? LEASE_NATTS : LEASE_NATTS_1_1) ||
+		desc->natts != LEASE_NATTS ||
 		(desc->constr != NULL && desc->constr->num_check > 0))
 		return false;
-	for (int i = 0; i < desc->natts; i++)
+	for (int i = 0; i < LEASE_NATTS; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		const LeaseColumn *col = &lease_columns[i];

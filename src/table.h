@@ -14,15 +14,14 @@
 /* the lease table's columns the direct path and its index use */
 #define ATT_NAME	1
 #define ATT_TOKEN	4
-#define LEASE_NATTS 12
-#define LEASE_NATTS_1_1 10		/* before 1.2: no min_hold, released_at */
+#define LEASE_NATTS 10
 
 /* qualified, quoted names of the tables, as last looked up */
 extern char *dlock_lease_table;
 extern char *dlock_floor_table;
 
 extern Oid	dlock_table_lookup(void);
-extern bool dlock_table_has_hold(void);
+extern const char *dlock_table_holds(void);
 extern void dlock_table_keep_plan(SPIPlanPtr *plan);
 extern void dlock_table_prepare(SPIPlanPtr *plan, const char *fmt, int nargs,
 								Oid *argtypes);

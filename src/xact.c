@@ -37,9 +37,12 @@ typedef struct DLockOp
 	int			level;			/* transaction nesting level */
 	bool		renewal;		/* RENEW: by dlock_renew (counted), not an
 								 * extension by a new acquisition */
-	bool		supersedes;		/* RENEW: made an earlier release moot */
+	bool		supersedes;		/* RENEW: made an earlier release moot;
+								 * RELEASE: a force release, made one within
+								 * the minimum hold moot */
 	struct DLockOp *superseded_by;	/* RELEASE: the later acquisition of the
-									 * same lease that made it moot */
+									 * same lease, or force release, that
+									 * made it moot */
 	DLockKey	key;
 	uint32		hash;
 	DLockOwner	owner;
@@ -313,6 +316,42 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 	DLockOp    *op = log_op(DLOCK_OP_RELEASE, req, token);
 
 	op->durable = durable;
+}
+
+/*
+ * A force release of the lease of req (its holder's), token: false when a
+ * release of it that ends it at once is pending already.  One pending within
+ * its minimum hold would only end it at the hold's end: the force release
+ * supersedes it, so the lease ends at commit all the same (a savepoint
+ * rolled back over the force release gives that release back).
+ */
+bool
+dlock_xact_force_release(const DLockRequest *req, uint64 token, bool durable)
+{
+	ListCell   *lc;
+	DLockOp    *within_hold = NULL;
+	DLockOp    *op;
+
+	foreach(lc, lease_ops(req))
+	{
+		DLockOp    *prev = lfirst(lc);
+
+		if (prev->kind == DLOCK_OP_RELEASE && prev->superseded_by == NULL &&
+			same_lease(prev, req))
+		{
+			if (prev->expires == 0)
+				return false;
+			within_hold = prev;
+		}
+	}
+	op = log_op(DLOCK_OP_RELEASE, req, token);
+	op->durable = durable;
+	if (within_hold != NULL)
+	{
+		within_hold->superseded_by = op;
+		op->supersedes = true;
+	}
+	return true;
 }
 
 /*
