@@ -297,16 +297,18 @@ typedef enum HoldWrite
 } HoldWrite;
 
 static void
-hold_write(HoldWrite what, Datum name, Datum token, int64 min_hold,
+hold_write(HoldWrite what, const DLockKey *key, uint64 token, int64 min_hold,
 		   TimestampTz released_at)
 {
 	AsOwner		saved;
-	Datum		args[3] = {name, token, 0};
+	Datum		args[3];
 	Oid			types[3] = {TEXTOID, INT8OID, INTERVALOID};
 	SPIPlanPtr	plan;
 	int			expected;
 
 	dlock_table_spi_begin(&saved, true, false);
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = Int64GetDatum((int64) token);
 	if (what == HOLD_INSERT)
 	{
 		if (plan_hold_write == NULL)
@@ -336,8 +338,9 @@ hold_write(HoldWrite what, Datum name, Datum token, int64 min_hold,
 		plan = plan_hold_delete;
 		expected = SPI_OK_DELETE;
 	}
+	/* a lease with a hold has its hold row for as long as its lease row */
 	if (execute(plan, args, what == HOLD_UPDATE && released_at == 0 ? "  n" : NULL,
-				0) != expected)
+				0) != expected || (what != HOLD_DELETE && SPI_processed != 1))
 		elog(ERROR, "could not write a dlock hold row");
 	dlock_table_spi_end(&saved);
 }
@@ -391,7 +394,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 	if (!direct)
 		insert_spi(row, args);
 	if (row->min_hold != 0)
-		hold_write(HOLD_INSERT, args[0], args[3], row->min_hold, 0);
+		hold_write(HOLD_INSERT, key, row->token, row->min_hold, 0);
 }
 
 /* dlock_store_insert's row through SPI (a takeover, or a changed table) */
@@ -470,7 +473,7 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	dlock_table_spi_end(&saved);
 	Assert(hold || released_at == 0);
 	if (version != 0 && hold)
-		hold_write(HOLD_UPDATE, args[0], args[1], 0, released_at);
+		hold_write(HOLD_UPDATE, key, token, 0, released_at);
 	if (version != 0)
 		promise_commit();
 	return version;
@@ -610,7 +613,7 @@ dlock_store_delete(const DLockKey *key, uint64 token, bool hold)
 		dlock_table_spi_end(&saved);
 	}
 	if (hold)
-		hold_write(HOLD_DELETE, args[0], args[1], 0, 0);
+		hold_write(HOLD_DELETE, key, token, 0, 0);
 	/* through SQL, an owner's trigger may have written more than the row */
 	if (direct && !hold &&
 		(wal_before == InvalidXLogRecPtr ||

@@ -41,8 +41,8 @@ typedef struct DLockOp
 								 * RELEASE: a force release, made one within
 								 * the minimum hold moot */
 	struct DLockOp *superseded_by;	/* RELEASE: the later acquisition of the
-									 * same lease, or force release, that
-									 * made it moot */
+									 * same lease, or force release, that made
+									 * it moot */
 	DLockKey	key;
 	uint32		hash;
 	DLockOwner	owner;
