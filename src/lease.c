@@ -149,8 +149,8 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 /*
  * A release before the lease's minimum hold ended: at commit the lease
  * ends at the hold's end (or at its expiry, if sooner) instead of at once,
- * marked released; its durable row says so, with a ttl that makes a
- * restored lease last at least as long.  Returns false when the row is gone
+ * marked released; its durable rows say so (the lease row with a ttl that
+ * makes a restored lease last at least as long, its hold row when).  Returns false when the row is gone
  * (released from another session meanwhile).
  */
 static bool

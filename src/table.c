@@ -1,9 +1,9 @@
 /*
  * table.c
  *		The lease table of the current database, as this backend knows it:
- *		its lookup, the prepared statements on it, the SPI sessions that
- *		run as its owner, the rules its rows keep, and whether its shape lets
- *		rows be written directly.
+ *		its lookup (and the hold table's beside it, from 1.2), the prepared
+ *		statements on it, the SPI sessions that run as its owner, the rules
+ *		its rows keep, and whether its shape lets rows be written directly.
  *
  * The bottom of the store: it calls no other file of dlock.  The files
  * above it (rows.c, floor.c, sweep.c, rebuild.c) keep their own prepared
