@@ -88,7 +88,7 @@ usage(FILE *f)
 			"\n"
 			"Usage:\n"
 			"  dlock [OPTION]... run [--ttl DUR] [--timeout DUR | --no-wait] [--grace DUR]\n"
-			"                        [--shared | --permits N]\n"
+			"                        [--at-least DUR] [--shared | --permits N]\n"
 			"                        [--owner OWNER] NAME -- COMMAND [ARG]...\n"
 			"  dlock [OPTION]... try [--ttl DUR] [--shared | --permits N] [--owner OWNER] NAME\n"
 			"  dlock [OPTION]... release --owner OWNER [--token TOKEN] NAME\n"
@@ -123,6 +123,9 @@ usage(FILE *f)
 			"  --timeout=DUR          run: wait at most DUR for the lease (default: forever;\n"
 			"                         0 is --no-wait)\n"
 			"  --no-wait              run: exit 69 at once if the lease is busy\n"
+			"  --at-least=DUR         run: keep the lease at least DUR from its grant, even if\n"
+			"                         COMMAND ends sooner (at most the TTL): with --no-wait, a\n"
+			"                         job started on several hosts within DUR runs once\n"
 			"  --shared               run, try: a shared lease (others may hold shared ones too)\n"
 			"  --permits=N            run, try: one of N permits of a semaphore (at most N hold\n"
 			"                         NAME at once; every holder must give the same N)\n"
@@ -223,6 +226,7 @@ enum
 	OPT_TIMEOUT,
 	OPT_NOWAIT,
 	OPT_GRACE,
+	OPT_AT_LEAST,
 	OPT_OWNER,
 	OPT_TOKEN,
 	OPT_SHARED,
@@ -249,6 +253,7 @@ static const struct option subcommand_options[] = {
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"no-wait", no_argument, NULL, OPT_NOWAIT},
 	{"grace", required_argument, NULL, OPT_GRACE},
+	{"at-least", required_argument, NULL, OPT_AT_LEAST},
 	{"owner", required_argument, NULL, OPT_OWNER},
 	{"token", required_argument, NULL, OPT_TOKEN},
 	{"shared", no_argument, NULL, OPT_SHARED},
@@ -263,6 +268,7 @@ typedef struct
 	bool		ttl;
 	bool		timeout;
 	bool		grace;
+	bool		at_least;
 } Given;
 
 /*
@@ -310,6 +316,10 @@ read_options(int argc, char **argv, const char *optstring,
 			case OPT_GRACE:
 				a->grace_ms = duration_arg("grace", optarg);
 				given->grace = true;
+				break;
+			case OPT_AT_LEAST:
+				a->at_least_ms = duration_arg("at-least", optarg);
+				given->at_least = true;
 				break;
 			case OPT_OWNER:
 				a->owner = optarg;
@@ -373,8 +383,9 @@ find_dashdash(int argc, char **argv)
 static void
 check_options(const char *sub, const Args *a, const Given *given, int dashdash)
 {
-	if (strcmp(sub, "run") != 0 && (given->timeout || a->nowait || given->grace))
-		usage_error("--timeout, --no-wait and --grace are options of run");
+	if (strcmp(sub, "run") != 0 &&
+		(given->timeout || a->nowait || given->grace || given->at_least))
+		usage_error("--timeout, --no-wait, --grace and --at-least are options of run");
 	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && given->ttl)
 		usage_error("--ttl is an option of run and try");
 	if (strcmp(sub, "release") != 0 && a->token != NULL)
@@ -436,6 +447,9 @@ run_arguments(Args *a, const Given *given, char **sargv, int dashdash,
 		usage_error("--no-wait and --timeout exclude each other");
 	if (given->timeout && a->timeout_ms == 0)
 		a->nowait = true;
+	if (a->at_least_ms > a->ttl_ms)
+		usage_error(given->ttl ? "--at-least must not be longer than the TTL" :
+					"--at-least must not be longer than the TTL (default 30s): give --ttl");
 	if (!given->grace)
 		a->grace_ms = min_ms(DEFAULT_GRACE_MS, a->ttl_ms / 4);
 	else if (a->grace_ms * 2 >= a->ttl_ms)
@@ -497,7 +511,7 @@ name_argument(const char *sub, Args *a, char **pos, int npos)
 void
 parse_args(int argc, char **argv, Args *a)
 {
-	Given		given = {false, false, false};
+	Given		given = {false, false, false, false};
 	const char *sub;
 	char	  **sargv;
 	int			sargc;

@@ -30,6 +30,7 @@ typedef struct
 	const char *permits;		/* run, try: a semaphore's size, as text */
 	ms_t		ttl_ms;			/* run, try */
 	ms_t		grace_ms;		/* run */
+	ms_t		at_least_ms;	/* run: minimum hold (min_hold); 0: none */
 	ms_t		timeout_ms;		/* run: -1 waits until granted */
 	bool		nowait;			/* run */
 	char	  **argv;			/* run: the command and its arguments */

@@ -96,6 +96,7 @@ init_state(RunState *st, const Args *a)
 	st->lease_owner = a->owner;
 	st->lease_mode = a->mode;
 	st->lease_permits = a->permits;
+	st->at_least_ms = a->at_least_ms;
 	st->ttl_ms = a->ttl_ms;
 	st->grace_ms = a->grace_ms;
 	st->margin_ms = min_ms(MAX_MARGIN_MS, st->ttl_ms / 10);

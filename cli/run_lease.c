@@ -236,6 +236,7 @@ exit_interrupted(RunState *st)
 typedef struct
 {
 	bool		nowait;			/* dlock_try, not dlock_acquire */
+	char		min_hold_text[64];	/* --at-least; "": none */
 	ms_t		timeout_ms;		/* -1: wait until granted */
 	ms_t		start;			/* when the first attempt began */
 	ms_t		retry_until;	/* 0: no connection lost yet */
@@ -280,7 +281,7 @@ connect_for_acquire(RunState *st, Acquire *aq)
 static QStatus
 send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 {
-	const char *vals[6];
+	const char *vals[7];
 	char		timeout_text[64];
 	ms_t		deadline = NEVER;
 	const char *sql;
@@ -314,6 +315,12 @@ send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 		vals[4] = st->lease_mode;
 		vals[5] = st->lease_permits;
 		nparams = 6;
+	}
+	/* without --at-least, the query an extension before 1.2 has too */
+	if (aq->min_hold_text[0] != '\0')
+	{
+		sql = queries[aq->nowait ? SQL_TRY_HOLD : SQL_ACQUIRE_HOLD];
+		vals[nparams++] = aq->min_hold_text;
 	}
 	note_backend(st, PQbackendPID(conn));
 	*sent = now_ms();
@@ -419,6 +426,9 @@ acquire_lease(RunState *st, bool nowait, ms_t timeout_ms)
 	};
 
 	interval_text(st->ttl_ms, aq.ttl_text, sizeof(aq.ttl_text));
+	aq.min_hold_text[0] = '\0';
+	if (st->at_least_ms > 0)
+		interval_text(st->at_least_ms, aq.min_hold_text, sizeof(aq.min_hold_text));
 	for (;;)
 	{
 		PGresult   *res;

@@ -338,6 +338,11 @@ static const char *const sql_templates[NUM_SQL] = {
 	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer)",
 	[SQL_ACQUIRE] =
 	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)",
+	[SQL_TRY_HOLD] =
+	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer, min_hold => $6::interval)",
+	[SQL_ACQUIRE_HOLD] =
+	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer,"
+	" min_hold => $7::interval)",
 	[SQL_RENEW] =
 	"SELECT @.dlock_renew($1, $2::interval, $3)",
 	[SQL_RELEASE] =
@@ -351,13 +356,16 @@ static const char *const sql_templates[NUM_SQL] = {
 	" SELECT name, 0 AS pos,"
 	"  'holder'" OP("||") "CASE WHEN mode" OP("=") "'shared' THEN ' (shared)'"
 	"  WHEN permits IS NOT NULL THEN ' (of '" OP("||") "permits" OP("||") "')'"
-	"  ELSE '' END AS state,"
+	"  ELSE '' END"
+	/* released within its minimum hold (1.2; as a whole row, for 1.0's view) */
+	"  " OP("||") "CASE WHEN (pg_catalog.to_jsonb(l)" OP("->>") "'released_at') IS NOT NULL"
+	"  THEN ', released' ELSE '' END AS state,"
 	"  owner, token::pg_catalog.text AS token, pid::pg_catalog.text AS pid,"
 	"  pg_catalog.to_char(granted_at, 'YYYY-MM-DD HH24:MI:SS') AS since,"
 	"  pg_catalog.to_char(expires_at, 'YYYY-MM-DD HH24:MI:SS') AS expires,"
 	"  pg_catalog.round(EXTRACT(epoch FROM expires_at" OP("-") "pg_catalog.clock_timestamp())"
 	"   ::numeric, 1)::pg_catalog.text" OP("||") "'s' AS remaining"
-	" FROM @.dlock_locks WHERE $1::pg_catalog.text IS NULL OR name" OP("=") "$1"
+	" FROM @.dlock_locks l WHERE $1::pg_catalog.text IS NULL OR name" OP("=") "$1"
 	" UNION ALL"
 	" SELECT name, queue_position,"
 	"  'waiting '" OP("||") "queue_position"

@@ -34,6 +34,8 @@ enum
 {
 	SQL_TRY,
 	SQL_ACQUIRE,
+	SQL_TRY_HOLD,				/* with min_hold (extension 1.2) */
+	SQL_ACQUIRE_HOLD,
 	SQL_RENEW,
 	SQL_RELEASE,
 	SQL_HOLDER,

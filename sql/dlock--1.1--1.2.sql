@@ -6,3 +6,80 @@
 -- or NULL when none runs (always on a standby, which grants nothing).
 CREATE FUNCTION dlock_grace() RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'dlock_grace' LANGUAGE C VOLATILE;
+
+-- A minimum hold (min_hold): a lease released before its grant plus min_hold
+-- ends only then, so a job run once per period by hosts whose start times
+-- differ by less than that runs once.  A durable lease with a hold has a row
+-- here too, written in its row's transaction (a restart keeps the hold), and
+-- when its owner released it within the hold; a lease without one has none.
+-- A table of its own, not columns of dlock_leases: adding columns takes an
+-- ACCESS EXCLUSIVE lock on dlock_leases, so the update would wait for every
+-- open grant's transaction and every grant and release would queue behind
+-- it.  Written only by the functions below, as its owner; not dumped, as
+-- dlock_leases is not (a restore brings back no leases, so no holds).
+CREATE TABLE dlock_lease_holds (
+	name text NOT NULL,
+	token bigint NOT NULL,		-- its lease's (name, token) in dlock_leases
+	min_hold interval NOT NULL,
+	released_at timestamptz,	-- released within the hold; NULL: not
+	PRIMARY KEY (name, token)
+);
+REVOKE ALL ON dlock_lease_holds FROM PUBLIC;
+
+-- The acquiring functions take min_hold last (NULL: none).
+DROP FUNCTION dlock_try(text, interval, text, text, integer);
+CREATE FUNCTION dlock_try(name text,
+						  ttl interval DEFAULT NULL,
+						  owner text DEFAULT dlock_owner(),
+						  mode text DEFAULT 'exclusive',
+						  permits integer DEFAULT NULL,
+						  min_hold interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_try' LANGUAGE C VOLATILE;
+
+DROP FUNCTION dlock_acquire(text, interval, interval, text, text, integer);
+CREATE FUNCTION dlock_acquire(name text,
+							  ttl interval DEFAULT NULL,
+							  timeout interval DEFAULT NULL,
+							  owner text DEFAULT dlock_owner(),
+							  mode text DEFAULT 'exclusive',
+							  permits integer DEFAULT NULL,
+							  min_hold interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_acquire' LANGUAGE C VOLATILE;
+
+DROP FUNCTION dlock_try_all(text[], interval, text, text);
+CREATE FUNCTION dlock_try_all(names text[],
+							  ttl interval DEFAULT NULL,
+							  owner text DEFAULT dlock_owner(),
+							  mode text DEFAULT 'exclusive',
+							  min_hold interval DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'dlock_try_all' LANGUAGE C VOLATILE;
+
+DROP FUNCTION dlock_acquire_all(text[], interval, interval, text, text);
+CREATE FUNCTION dlock_acquire_all(names text[],
+								  ttl interval DEFAULT NULL,
+								  timeout interval DEFAULT NULL,
+								  owner text DEFAULT dlock_owner(),
+								  mode text DEFAULT 'exclusive',
+								  min_hold interval DEFAULT NULL)
+RETURNS bigint[]
+AS 'MODULE_PATHNAME', 'dlock_acquire_all' LANGUAGE C VOLATILE;
+
+-- dlock_locks shows each lease's min_hold and, for one its owner released
+-- within that hold, when (it lasts until expires_at).
+DROP VIEW dlock_locks;
+DROP FUNCTION dlock_list_locks();
+CREATE FUNCTION dlock_list_locks(
+	OUT name text, OUT owner text, OUT token bigint,
+	OUT granted_at timestamptz, OUT expires_at timestamptz,
+	OUT role regrole, OUT pid integer, OUT waiters integer,
+	OUT version bigint, OUT durable boolean, OUT mode text,
+	OUT permits integer, OUT min_hold interval, OUT released_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_list_locks' LANGUAGE C VOLATILE;
+CREATE VIEW dlock_locks AS
+	SELECT * FROM dlock_list_locks();
+GRANT SELECT ON dlock_locks TO PUBLIC;
+COMMENT ON VIEW dlock_locks IS 'live dlock leases of this database';

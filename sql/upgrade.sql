@@ -71,7 +71,29 @@ CREATE EXTENSION dlock VERSION '1.0';
 SELECT extversion FROM pg_extension WHERE extname = 'dlock';
 -- the library serves 1.0's SQL until the update runs
 SELECT dlock_try('up:before', '1 minute', 'u') > 0 AS granted;
+-- Objects of a user's over what 1.2 drops and creates again (the four
+-- acquiring functions, dlock_list_locks, the dlock_locks view): a view over
+-- dlock_locks depends on it, so the update fails and changes nothing until
+-- the view is dropped; a function that calls dlock_try in its body's text
+-- does not, and calls the new one after; a REVOKE on a function the update
+-- re-creates is undone (the new one has the extension's privileges).
+CREATE VIEW my_locks AS SELECT name, owner FROM dlock_locks;
+CREATE FUNCTION my_take() RETURNS bigint LANGUAGE sql
+AS $$SELECT dlock_try('up:mine', '1 minute', 'u')$$;
+REVOKE EXECUTE ON FUNCTION dlock_try(text, interval, text, text, integer) FROM PUBLIC;
+\set VERBOSITY terse
 ALTER EXTENSION dlock UPDATE;
+\set VERBOSITY default
+SELECT extversion AS still, has_function_privilege('public',
+	'dlock_try(text, interval, text, text, integer)', 'EXECUTE') AS public_may_execute
+FROM pg_extension WHERE extname = 'dlock';
+DROP VIEW my_locks;
+ALTER EXTENSION dlock UPDATE;
+SELECT my_take() > 0 AS my_function_calls_the_new_one;
+SELECT dlock_release('up:mine', 'u');
+SELECT has_function_privilege('public', 'dlock_try(text, interval, text, text, integer, interval)',
+							  'EXECUTE') AS public_may_execute_again;
+DROP FUNCTION my_take();
 SELECT extversion = default_version AS at_default_version
 FROM pg_extension, pg_available_extensions
 WHERE extname = 'dlock' AND name = 'dlock';

@@ -148,6 +148,7 @@ fill_row(DLockRow *row, const DLockEntry *lease, int64 version)
 	row->roleid = lease->roleid;
 	row->token = lease->token;
 	row->granted_at = lease->granted_at;
+	row->min_hold = lease->min_hold;
 	row->mode = (DLockMode) lease->mode;
 	row->permits = dlock_head_of(lease)->permits;
 	/* an exclusive lease's row closes every older row of its name anyway */
@@ -239,7 +240,7 @@ extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
 	else if (durable)
 		version = dlock_store_update(&req->key, token,
 									 dlock_mono_to_wall(expires, now, GetCurrentTimestamp()),
-									 req->ttl);
+									 req->ttl, row->min_hold != 0, 0);
 	else
 		version = 0;
 	dlock_xact_renew_set(op, token, expires, version);
@@ -440,6 +441,7 @@ grant_now(AcquireState *a)
 	}
 	if (lease == NULL)
 		return make_room(a);
+	dlock_set_min_hold(lease, req->min_hold, a->now);
 	dlock_count(DLOCK_STAT_IMMEDIATE);
 	return granted(a, lease);
 }
@@ -513,7 +515,8 @@ queue_and_wait(AcquireState *a)
 	if (reserve && !dlock_reserve(head))
 		return make_room(a);
 	dlock_enqueue(head, &req->owner, req->roleid, req->ttl, a->deadline,
-				  req->mode, reserve, req->durable ? a->xid : InvalidTransactionId);
+				  req->mode, reserve, req->durable ? a->xid : InvalidTransactionId,
+				  req->min_hold);
 	acquire_unlock(a);
 
 	token = dlock_sleep(dlock_xact_holds_pins());

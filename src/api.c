@@ -132,6 +132,37 @@ timeout_arg(FunctionCallInfo fcinfo, int argno)
 	return timeout;
 }
 
+/*
+ * The min_hold argument, into the request (after its ttl): NULL or zero is
+ * none.  A hold longer than the lease could last is refused, as ShedLock
+ * refuses lockAtLeastFor above lockAtMostFor.  An argument past the
+ * function's own (its SQL from before 1.2) is none.
+ */
+static void
+min_hold_arg(FunctionCallInfo fcinfo, int argno, DLockRequest *req)
+{
+	int64		min_hold;
+
+	req->min_hold = 0;
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return;
+	min_hold = dlock_interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (min_hold < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_hold must not be negative"),
+				 errhint("Give NULL or zero for no minimum hold.")));
+	if (min_hold > req->ttl)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_hold must not be longer than the ttl"),
+				 errdetail("A lease released early is held until its grant plus min_hold, and no lease outlives its ttl (here " INT64_FORMAT " ms%s).",
+						   req->ttl / 1000,
+						   PG_ARGISNULL(1) ? ", from dlock.default_ttl" : ""),
+				 errhint("Ask for a ttl at least as long as min_hold.")));
+	req->min_hold = min_hold;
+}
+
 /* The owner argument, into the request */
 static void
 owner_arg(FunctionCallInfo fcinfo, int argno, DLockRequest *req)
@@ -217,12 +248,13 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 
 	req->roleid = GetUserId();
 	req->ttl = ttl_argno >= 0 ? ttl_arg(fcinfo, ttl_argno) : 0;
+	req->min_hold = 0;
 	req->durable = dlock_durable;
 	req->mode = DLOCK_EXCLUSIVE;
 	req->permits = 0;
 }
 
-/* dlock_try(name, ttl, owner, mode, permits) */
+/* dlock_try(name, ttl, owner, mode, permits, min_hold) */
 Datum
 dlock_try(PG_FUNCTION_ARGS)
 {
@@ -231,13 +263,14 @@ dlock_try(PG_FUNCTION_ARGS)
 
 	build_request(fcinfo, &req, 0, 1, 2);
 	mode_args(fcinfo, &req, 3, 4);
+	min_hold_arg(fcinfo, 5, &req);
 	token = dlock_lease_acquire(&req, 0);
 	if (token == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64((int64) token);
 }
 
-/* dlock_acquire(name, ttl, timeout, owner, mode, permits) */
+/* dlock_acquire(name, ttl, timeout, owner, mode, permits, min_hold) */
 Datum
 dlock_acquire(PG_FUNCTION_ARGS)
 {
@@ -247,6 +280,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 
 	build_request(fcinfo, &req, 0, 1, 3);
 	mode_args(fcinfo, &req, 4, 5);
+	min_hold_arg(fcinfo, 6, &req);
 	timeout = timeout_arg(fcinfo, 2);
 	token = dlock_lease_acquire(&req, timeout);
 	if (token == 0)
@@ -398,7 +432,7 @@ take_all(NameArg *names, int count, DLockRequest *req, int64 timeout)
  */
 static Datum
 acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
-			int owner_argno, int mode_argno)
+			int owner_argno, int mode_argno, int min_hold_argno)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -417,6 +451,7 @@ acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
 	req.ttl = ttl_arg(fcinfo, ttl_argno);
 	req.durable = dlock_durable;
 	mode_args(fcinfo, &req, mode_argno, -1);
+	min_hold_arg(fcinfo, min_hold_argno, &req);
 	dlock_xact_register();
 
 	BeginInternalSubTransaction(NULL);
@@ -455,18 +490,18 @@ acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
-/* dlock_try_all(names, ttl, owner, mode) */
+/* dlock_try_all(names, ttl, owner, mode, min_hold) */
 Datum
 dlock_try_all(PG_FUNCTION_ARGS)
 {
-	return acquire_all(fcinfo, 1, -1, 2, 3);
+	return acquire_all(fcinfo, 1, -1, 2, 3, 4);
 }
 
-/* dlock_acquire_all(names, ttl, timeout, owner, mode) */
+/* dlock_acquire_all(names, ttl, timeout, owner, mode, min_hold) */
 Datum
 dlock_acquire_all(PG_FUNCTION_ARGS)
 {
-	return acquire_all(fcinfo, 1, 2, 3, 4);
+	return acquire_all(fcinfo, 1, 2, 3, 4, 5);
 }
 
 /* dlock_release_all(names, owner): how many of the names were released */
@@ -546,8 +581,9 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < ncopies; i++)
 	{
 		DLockEntry *e = &copies[i];
-		Datum		values[12];
-		bool		nulls[12] = {0};
+		Datum		values[14];
+		bool		nulls[14] = {0};
+		Interval   *min_hold = palloc0(sizeof(Interval));
 
 		values[0] = PointerGetDatum(cstring_to_text_with_len(e->key.name, e->key.len));
 		values[1] = PointerGetDatum(cstring_to_text_with_len(e->owner.str, e->owner.len));
@@ -564,6 +600,11 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 		values[10] = PointerGetDatum(cstring_to_text(dlock_mode_name((DLockMode) e->mode)));
 		values[11] = Int32GetDatum(e->permits);
 		nulls[11] = (e->permits == 0);
+		min_hold->time = e->min_hold;
+		values[12] = IntervalPGetDatum(min_hold);
+		nulls[12] = (e->min_hold == 0);
+		values[13] = TimestampTzGetDatum(e->released_at);
+		nulls[13] = (e->released_at == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -44,6 +44,9 @@
  *				before it in the cluster, across crashes and promotion
  *	pin			an open transaction's hold on a lease it renewed, extended
  *				or fenced: the lease cannot end before that transaction does
+ *	min hold	a lease's minimum hold (min_hold): released before its grant
+ *				plus min_hold, it stays its owner's, marked released, until
+ *				then (lease.c, xact.c, wait.c: dlock_handoff_hold)
  *	durable		a lease with a row in the lease table (the default); a
  *				memory-only lease is lost with shared memory
  */

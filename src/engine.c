@@ -524,8 +524,8 @@ dlock_free_at(const DLockEntry *entry)
 {
 	if (entry->token == 0)
 		return 0;
-	/* lock-delay covers an expiry, not a release */
-	return entry->released ? entry->expires :
+	/* lock-delay covers an expiry, not a release (within a hold too) */
+	return entry->released || entry->released_at != 0 ? entry->expires :
 		entry->expires + (int64) dlock_lock_delay_ms * 1000;
 }
 
@@ -703,6 +703,9 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->pins = 0;
 	memset(lease->pinners, 0, sizeof(lease->pinners));
 	lease->released = false;
+	lease->min_hold = 0;
+	lease->hold_until = 0;
+	lease->released_at = 0;
 	lease->grant_xid = InvalidTransactionId;
 	lease->clear_rows = false;
 	memset(&lease->ev, 0, sizeof(lease->ev));
@@ -767,6 +770,14 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 	lease->holder_pid = pid;
 	memcpy(&lease->owner, owner, offsetof(DLockOwner, str) + owner->len);
 	return lease;
+}
+
+/* A new grant's minimum hold, counted from its grant at now (0: none). */
+void
+dlock_set_min_hold(DLockEntry *lease, int64 min_hold, int64 now)
+{
+	lease->min_hold = min_hold;
+	lease->hold_until = min_hold > 0 ? now + min_hold : 0;
 }
 
 /*

@@ -84,6 +84,13 @@ typedef struct DLockEntry
 								 * dlock_set_expires() */
 	pairingheap_node heap_node;
 	TimestampTz granted_at;		/* wall clock, for display */
+	int64		min_hold;		/* minimum hold asked at the grant (0: none) */
+	int64		hold_until;		/* monotonic: the grant plus min_hold; a
+								 * release before then ends the lease then */
+	TimestampTz released_at;	/* released by its owner before hold_until
+								 * (wall clock; 0: not): it stays its owner's,
+								 * live until its expiry (hold_until or
+								 * less); a renewal takes it back */
 	int64		version;		/* version of its table row, as last written */
 	union
 	{
@@ -187,6 +194,7 @@ extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid ro
 							   int pid, int64 ttl, int64 now, DLockMode mode,
 							   bool reserved, TransactionId durable_xid,
 							   bool *no_token);
+extern void dlock_set_min_hold(DLockEntry *lease, int64 min_hold, int64 now);
 extern DLockEntry *dlock_restore(DLockEntry *head, uint64 token);
 extern void dlock_end_lease(DLockEntry *lease);
 extern void dlock_drop_if_unused(DLockEntry *head);
@@ -200,6 +208,7 @@ typedef struct DLockRequest
 	DLockOwner	owner;
 	Oid			roleid;
 	int64		ttl;			/* microseconds */
+	int64		min_hold;		/* microseconds; 0: none */
 	bool		durable;		/* a new grant goes to the lease table */
 	DLockMode	mode;
 	int32		permits;		/* 0: a plain lock; else a semaphore's size */

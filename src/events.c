@@ -268,10 +268,12 @@ lease_ends(DLockEntry *lease, DLockEventKind kind)
 		record(lease, kind, next_seq(), 0, 0);
 }
 
+/* a lease released within its minimum hold ends as a release, at its end */
 void
 dlock_event_expired(DLockEntry *lease)
 {
-	lease_ends(lease, DLOCK_EVENT_EXPIRED);
+	lease_ends(lease, lease->released_at != 0 ? DLOCK_EVENT_RELEASED :
+			   DLOCK_EVENT_EXPIRED);
 }
 
 void

@@ -38,6 +38,10 @@ typedef struct HeldLease
 {
 	uint64		token;
 	bool		durable;
+	int64		expires;
+	bool		hold;			/* it has a minimum hold (and a hold row) */
+	int64		hold_until;		/* its minimum hold's end; 0: none */
+	bool		hold_released;	/* released already, within that hold */
 } HeldLease;
 
 /*
@@ -78,6 +82,10 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				}
 				held_out->token = lease->token;
 				held_out->durable = lease->durable;
+				held_out->expires = lease->expires;
+				held_out->hold = (lease->min_hold != 0);
+				held_out->hold_until = lease->hold_until;
+				held_out->hold_released = (lease->released_at != 0);
 				wait_xid = dlock_grant_in_progress(lease);
 				held = !TransactionIdIsValid(wait_xid);
 				if (!held)
@@ -128,7 +136,8 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	dlock_xact_renew_set(op, held.token, now + req->ttl, 0);
 	if (held.durable)
 	{
-		version = dlock_store_update(&req->key, held.token, *expires_at, req->ttl);
+		version = dlock_store_update(&req->key, held.token, *expires_at, req->ttl,
+									 held.hold, 0);
 		dlock_xact_renew_set(op, held.token, now + req->ttl, version);
 		/* its row is gone: released from another session meanwhile */
 		if (version == 0)
@@ -137,6 +146,37 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 	return true;
 }
 
+/*
+ * A release before the lease's minimum hold ended: at commit the lease
+ * ends at the hold's end (or at its expiry, if sooner) instead of at once,
+ * marked released; its durable rows say so (the lease row with a ttl that
+ * makes a restored lease last at least as long, its hold row when).  Returns false when the row is gone
+ * (released from another session meanwhile).
+ */
+static bool
+release_within_hold(const DLockRequest *req, const HeldLease *held, int64 now)
+{
+	int64		expires = Min(held->hold_until, held->expires);
+	TimestampTz wall_now = GetCurrentTimestamp();
+	int64		version = 0;
+
+	if (held->durable)
+	{
+		version = dlock_store_update(&req->key, held->token,
+									 dlock_mono_to_wall(expires, now, wall_now),
+									 Max(expires - now, 1), true, wall_now);
+		if (version == 0)
+			return false;
+	}
+	dlock_xact_release_hold(req, held->token, expires, version, wall_now);
+	return true;
+}
+
+/*
+ * Releases the caller's lease: true when it held one (with token, if given)
+ * that was not released already.  Within its minimum hold, the lease ends
+ * only when the hold does.
+ */
 bool
 dlock_lease_release(const DLockRequest *req, uint64 token)
 {
@@ -146,11 +186,13 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 	dlock_xact_register();
 	if (dlock_xact_release_pending(req) ||
 		!held_lease(req, &held, &now, false) ||
-		(token != 0 && token != held.token))
+		(token != 0 && token != held.token) || held.hold_released)
 		return false;
+	if (now < held.hold_until)
+		return release_within_hold(req, &held, now);
 	dlock_xact_release(req, held.token, held.durable);
 	if (held.durable)
-		dlock_store_delete(&req->key, held.token);
+		dlock_store_delete(&req->key, held.token, held.hold);
 	return true;
 }
 
@@ -209,6 +251,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 				found[nfound].roleid = lease->roleid;
 				found[nfound].token = lease->token;
 				found[nfound].durable = lease->durable;
+				found[nfound].hold = (lease->min_hold != 0);
 				nfound++;
 			}
 		}
@@ -228,11 +271,10 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		memcpy(&holder, req, sizeof(DLockRequest));
 		memcpy(&holder.owner, &found[i].owner, sizeof(DLockOwner));
 		holder.roleid = found[i].roleid;
-		if (dlock_xact_release_pending(&holder))
+		if (!dlock_xact_force_release(&holder, found[i].token, found[i].durable))
 			continue;
-		dlock_xact_force(&holder, found[i].token, found[i].durable);
 		if (found[i].durable)
-			dlock_store_delete(&req->key, found[i].token);
+			dlock_store_delete(&req->key, found[i].token, found[i].hold);
 		found[n++] = found[i];
 	}
 	*broken = found;

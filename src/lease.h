@@ -16,6 +16,7 @@ typedef struct DLockBroken
 	Oid			roleid;
 	uint64		token;
 	bool		durable;
+	bool		hold;			/* it has a minimum hold (and a hold row) */
 } DLockBroken;
 
 /* timeout: microseconds, 0 = do not wait, -1 = wait without limit */

@@ -36,6 +36,14 @@
 #include "table.h"
 #include "tokens.h"
 
+/* A restored lease's minimum hold (see restore_hold) */
+typedef struct RestoredHold
+{
+	int64		min_hold;
+	int64		hold_until;
+	TimestampTz released_at;
+} RestoredHold;
+
 /* A restored name whose ended leases left rows: its next grant deletes them. */
 static void
 mark_stale_rows(const DLockKey *key)
@@ -58,7 +66,7 @@ mark_stale_rows(const DLockKey *key)
  */
 static bool
 restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
-			int64 expires)
+			int64 expires, const RestoredHold *hold)
 {
 	uint32		hash = dlock_key_hash(key);
 	LWLock	   *lock = dlock_partition_lock(hash);
@@ -101,6 +109,9 @@ restore_row(const DLockKey *key, HeapTuple tuple, TupleDesc desc, int32 permits,
 			DLOCK_SHARED : DLOCK_EXCLUSIVE;
 		lease->durable = true;
 		lease->holder_pid = 0;
+		lease->min_hold = hold->min_hold;
+		lease->hold_until = hold->hold_until;
+		lease->released_at = hold->released_at;
 		dlock_set_expires(lease, expires);
 	}
 	else if (head != NULL)
@@ -133,7 +144,8 @@ typedef struct NameRows
 /*
  * Reads every row (into SPI_tuptable), by name and newest first, each with
  * whether it is valid and whether it counts as live: expiring after the
- * moment returned.
+ * moment returned; and its lease's minimum hold, from its hold row if any
+ * (none before 1.2).
  */
 static TimestampTz
 read_rows(bool after_start)
@@ -141,6 +153,7 @@ read_rows(bool after_start)
 	TimestampTz since = 0;
 	Oid			argtypes[1] = {TIMESTAMPTZOID};
 	Datum		args[1];
+	const char *holds = dlock_table_holds();
 
 	if (after_start)
 		since = Max(GetLatestXTime(), dlock_dbs->checkpoint_time);
@@ -149,8 +162,11 @@ read_rows(bool after_start)
 	args[0] = TimestampTzGetDatum(since);
 	if (SPI_execute_with_args(psprintf("SELECT name, owner, role, token, granted_at, expires_at, version,"
 									   " mode OPERATOR(pg_catalog.=) 'shared', coalesce(permits, 0),"
-									   " expires_at OPERATOR(pg_catalog.>) $1, %s, ttl"
-									   " FROM %s ORDER BY name, token DESC", dlock_table_row_valid_sql(), dlock_lease_table),
+									   " expires_at OPERATOR(pg_catalog.>) $1, %s, ttl, %s"
+									   " FROM %s%s ORDER BY name, token DESC", dlock_table_row_valid_sql(),
+									   holds != NULL ? "min_hold, released_at" :
+									   "NULL::interval, NULL::timestamptz", dlock_lease_table,
+									   holds != NULL ? psprintf(" LEFT JOIN %s USING (name, token)", holds) : ""),
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	return since;
@@ -196,9 +212,41 @@ keep_row(NameRows *run, text *name, bool shared, int32 permits, bool live)
 	return keep;
 }
 
+/*
+ * A restored lease's minimum hold (into hold): what was left of it at since,
+ * the last moment the old server is known to have reached in its clock (or
+ * now, by this server's clock), runs again from now, so a hold may end late,
+ * never early, as the lease itself.
+ */
+static void
+restore_hold(HeapTuple tuple, TupleDesc desc, TimestampTz since, int64 mono_now,
+			 RestoredHold *hold)
+{
+	bool		isnull;
+	Datum		min_hold = SPI_getbinval(tuple, desc, 13, &isnull);
+	Datum		released_at;
+	TimestampTz granted_at;
+	int64		left;
+
+	hold->min_hold = 0;
+	hold->hold_until = 0;
+	hold->released_at = 0;
+	if (isnull)
+		return;
+	hold->min_hold = Min(Max(dlock_interval_usecs(DatumGetIntervalP(min_hold)), 0),
+						 DLOCK_TTL_MAX);
+	granted_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+	left = hold->min_hold - (since - granted_at);
+	if (hold->min_hold > 0 && left > 0)
+		hold->hold_until = mono_now + Min(left, hold->min_hold);
+	released_at = SPI_getbinval(tuple, desc, 14, &isnull);
+	if (!isnull)
+		hold->released_at = DatumGetTimestampTz(released_at);
+}
+
 /* Restores the leases of the rows read_rows read that keep_row keeps. */
 static void
-restore_rows(bool after_start, LoadCounts *counts)
+restore_rows(bool after_start, TimestampTz since, LoadCounts *counts)
 {
 	int64		mono_now = dlock_mono_now();
 	TimestampTz wall_now = GetCurrentTimestamp();
@@ -219,6 +267,7 @@ restore_rows(bool after_start, LoadCounts *counts)
 		bool		keep;
 		int64		expires;
 		DLockKey	key;
+		RestoredHold hold;
 
 		if (!valid)
 		{
@@ -246,7 +295,8 @@ restore_rows(bool after_start, LoadCounts *counts)
 		if (!after_start)
 			expires = mono_now +
 				(DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull)) - wall_now);
-		if (!restore_row(&key, tuple, desc, run.kind, expires))
+		restore_hold(tuple, desc, after_start ? since : wall_now, mono_now, &hold);
+		if (!restore_row(&key, tuple, desc, run.kind, expires, &hold))
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("dlock lease table is full while restoring leases"),
@@ -328,7 +378,7 @@ load_rows(bool after_start)
 	 */
 	PushActiveSnapshot(GetLatestSnapshot());
 	since = read_rows(after_start);
-	restore_rows(after_start, &counts);
+	restore_rows(after_start, since, &counts);
 	log_load(after_start, since, &counts);
 	floor = dlock_floor_read();
 	record_load(after_start, &counts, floor);

@@ -7,7 +7,10 @@
  *
  * Rows are written in the caller's transaction: a grant's insert and a
  * release's delete with the heap and index access methods (insert_direct,
- * delete_direct), the rest through SPI as the table's owner.  Writers of one
+ * delete_direct), the rest through SPI as the table's owner.  A lease with a
+ * minimum hold also has a row in the hold table (dlock_lease_holds, 1.2),
+ * written through SPI with its lease's, and after it (see hold_write); a
+ * lease without one never touches that table.  Writers of one
  * row queue on its row lock, so its versions follow commit order; shared
  * memory takes an expiry only from a newer version (see xact.c).
  *
@@ -51,8 +54,12 @@ static SPIPlanPtr plan_delete = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_clear = NULL;
 static SPIPlanPtr plan_clear_probe = NULL;
+static SPIPlanPtr plan_hold_write = NULL;
+static SPIPlanPtr plan_hold_update = NULL;
+static SPIPlanPtr plan_hold_delete = NULL;
 
 static void promise_commit(void);
+static void insert_spi(const DLockRow *row, Datum *args);
 
 static Datum
 ttl_datum(int64 ttl)
@@ -255,6 +262,89 @@ execute(SPIPlanPtr plan, Datum *args, const char *nulls, long tcount)
 	return SPI_execute_plan(plan, args, nulls, false, tcount);
 }
 
+/* Prepares fmt, with the hold table's name for %s, into *plan, kept. */
+static void
+hold_prepare(SPIPlanPtr *plan, const char *fmt, int nargs, Oid *argtypes)
+{
+	const char *holds = dlock_table_holds();
+
+	/* only calls of the 1.2 functions ask for a hold, and 1.2 made it */
+	if (holds == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dlock's hold table is missing from this database"),
+				 errhint("Drop and create the extension again.")));
+	*plan = SPI_prepare(psprintf(fmt, holds), nargs, argtypes);
+	if (*plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	dlock_table_keep_plan(plan);
+}
+
+/*
+ * The hold row of the lease (name, token), after its lease row and in its
+ * transaction, so row locks are always taken lease row first: a grant's
+ * insert (min_hold), a release within the hold's or a renewal's update
+ * (released_at; 0 is NULL, taken back), a release's delete.  No hold row
+ * lives without its lease row beyond that transaction but when its lease
+ * row is deleted by another path (the sweep of an ended lease, the next
+ * grant clearing it): the sweep deletes those (see sweep.c).
+ */
+typedef enum HoldWrite
+{
+	HOLD_INSERT,
+	HOLD_UPDATE,
+	HOLD_DELETE
+} HoldWrite;
+
+static void
+hold_write(HoldWrite what, const DLockKey *key, uint64 token, int64 min_hold,
+		   TimestampTz released_at)
+{
+	AsOwner		saved;
+	Datum		args[3];
+	Oid			types[3] = {TEXTOID, INT8OID, INTERVALOID};
+	SPIPlanPtr	plan;
+	int			expected;
+
+	dlock_table_spi_begin(&saved, true, false);
+	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
+	args[1] = Int64GetDatum((int64) token);
+	if (what == HOLD_INSERT)
+	{
+		if (plan_hold_write == NULL)
+			hold_prepare(&plan_hold_write, "INSERT INTO %s (name, token, min_hold)"
+						 " VALUES ($1, $2, $3)", 3, types);
+		args[2] = ttl_datum(min_hold);
+		plan = plan_hold_write;
+		expected = SPI_OK_INSERT;
+	}
+	else if (what == HOLD_UPDATE)
+	{
+		types[2] = TIMESTAMPTZOID;
+		if (plan_hold_update == NULL)
+			hold_prepare(&plan_hold_update, "UPDATE %s SET released_at = $3"
+						 " WHERE name OPERATOR(pg_catalog.=) $1"
+						 " AND token OPERATOR(pg_catalog.=) $2", 3, types);
+		args[2] = TimestampTzGetDatum(released_at);
+		plan = plan_hold_update;
+		expected = SPI_OK_UPDATE;
+	}
+	else
+	{
+		if (plan_hold_delete == NULL)
+			hold_prepare(&plan_hold_delete, "DELETE FROM %s"
+						 " WHERE name OPERATOR(pg_catalog.=) $1"
+						 " AND token OPERATOR(pg_catalog.=) $2", 2, types);
+		plan = plan_hold_delete;
+		expected = SPI_OK_DELETE;
+	}
+	/* a lease with a hold has its hold row for as long as its lease row */
+	if (execute(plan, args, what == HOLD_UPDATE && released_at == 0 ? "  n" : NULL,
+				0) != expected || (what != HOLD_DELETE && SPI_processed != 1))
+		elog(ERROR, "could not write a dlock hold row");
+	dlock_table_spi_end(&saved);
+}
+
 /*
  * The transaction that will write a durable grant's row.  Taken before the
  * grant, as assigning it may fail; a read-only transaction is refused here.
@@ -276,8 +366,8 @@ dlock_store_xid(void)
 void
 dlock_store_insert(const DLockKey *key, const DLockRow *row)
 {
-	AsOwner		saved;
 	Datum		args[10];
+	bool		direct = false;
 
 	dlock_table_check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
@@ -299,9 +389,19 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 		bool		nulls[LEASE_NATTS] = {0};
 
 		nulls[LEASE_NATTS - 1] = (row->permits == 0);
-		if (insert_direct(values, nulls))
-			return;
+		direct = insert_direct(values, nulls);
 	}
+	if (!direct)
+		insert_spi(row, args);
+	if (row->min_hold != 0)
+		hold_write(HOLD_INSERT, key, row->token, row->min_hold, 0);
+}
+
+/* dlock_store_insert's row through SPI (a takeover, or a changed table) */
+static void
+insert_spi(const DLockRow *row, Datum *args)
+{
+	AsOwner		saved;
 
 	dlock_table_spi_begin(&saved, true, false);
 	if (plan_write == NULL)
@@ -329,7 +429,10 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 }
 
 /*
- * Moves the expiry of a lease's row, and its ttl (an extension or renewal).
+ * Moves the expiry of a lease's row, and its ttl (an extension or renewal;
+ * or a release within its minimum hold, released_at set).  A lease with a
+ * hold (hold) has its hold row say when it was released within it, or (0)
+ * that it was not or was taken back.
  * The update waits for any other transaction writing the row, so row
  * versions follow commit order.  It never creates a row: if the row is gone
  * (released from another session), nothing is written.  Returns the row's
@@ -337,7 +440,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
  */
 int64
 dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
-				   int64 ttl)
+				   int64 ttl, bool hold, TimestampTz released_at)
 {
 	AsOwner		saved;
 	Datum		args[4];
@@ -368,6 +471,9 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 											  SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	dlock_table_spi_end(&saved);
+	Assert(hold || released_at == 0);
+	if (version != 0 && hold)
+		hold_write(HOLD_UPDATE, key, token, 0, released_at);
 	if (version != 0)
 		promise_commit();
 	return version;
@@ -475,9 +581,12 @@ dlock_rows_promise_commit(void)
 	promise_commit();
 }
 
-/* Deletes the row of the lease with token (a release). */
+/*
+ * Deletes the row of the lease with token (a release), and its hold row if
+ * it has one (hold).
+ */
 void
-dlock_store_delete(const DLockKey *key, uint64 token)
+dlock_store_delete(const DLockKey *key, uint64 token, bool hold)
 {
 	AsOwner		saved;
 	Datum		args[2];
@@ -503,8 +612,10 @@ dlock_store_delete(const DLockKey *key, uint64 token)
 			elog(ERROR, "could not delete a dlock lease row");
 		dlock_table_spi_end(&saved);
 	}
+	if (hold)
+		hold_write(HOLD_DELETE, key, token, 0, 0);
 	/* through SQL, an owner's trigger may have written more than the row */
-	if (direct &&
+	if (direct && !hold &&
 		(wal_before == InvalidXLogRecPtr ||
 		 (release_wal == RELEASE_WAL_ONLY && wal_before == release_wal_end)))
 	{
@@ -612,12 +723,18 @@ void
 dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
 {
 	AsOwner		saved;
+	const char *holds;
 
 	(void) dlock_table_lookup();
 	dlock_table_spi_begin(&saved, false, true);
+	holds = dlock_table_holds();
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
-							 " NULL::int, 0, version, true, mode, permits FROM %s"
-							 " WHERE expires_at > clock_timestamp()", dlock_lease_table),
+							 " NULL::int, 0, version, true, mode, permits%s FROM %s%s"
+							 " WHERE expires_at > clock_timestamp()",
+							 tupdesc->natts <= 12 ? "" : holds != NULL ?
+							 ", min_hold, released_at" : ", NULL::interval, NULL::timestamptz",
+							 dlock_lease_table,
+							 holds != NULL ? psprintf(" LEFT JOIN %s USING (name, token)", holds) : ""),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	for (uint64 i = 0; i < SPI_processed; i++)

@@ -32,6 +32,7 @@ typedef struct DLockRow
 	TimestampTz granted_at;
 	TimestampTz expires_at;
 	int64		ttl;			/* microseconds */
+	int64		min_hold;		/* microseconds; 0: none (no hold row) */
 	int64		version;
 	DLockMode	mode;
 	int32		permits;
@@ -43,8 +44,9 @@ typedef struct DLockRow
 extern TransactionId dlock_store_xid(void);
 extern void dlock_store_insert(const DLockKey *key, const DLockRow *row);
 extern int64 dlock_store_update(const DLockKey *key, uint64 token,
-								TimestampTz expires_at, int64 ttl);
-extern void dlock_store_delete(const DLockKey *key, uint64 token);
+								TimestampTz expires_at, int64 ttl, bool hold,
+								TimestampTz released_at);
+extern void dlock_store_delete(const DLockKey *key, uint64 token, bool hold);
 extern void dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc);
 

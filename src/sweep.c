@@ -9,6 +9,7 @@
  * those rows per database (engine.c), and the worker sends a sweeper to
  * each database that has some, or whose leases a rebuild just restored
  * (their rows keep the old server's expiry until a sweep moves them).
+ * Each sweep also deletes the hold rows (1.2) whose lease rows are gone.
  *
  * Locking: the sweep reads each row's lease under its partition lock
  * (shared), released before the row is written through SPI; the slot's
@@ -34,6 +35,7 @@
 /* prepared statements, kept by table.c (dlock_table_keep_plan) */
 static SPIPlanPtr plan_sweep = NULL;
 static SPIPlanPtr plan_move = NULL;
+static SPIPlanPtr plan_orphans = NULL;
 
 /*
  * A sweeper found no dlock extension in its database: no rows to delete
@@ -283,6 +285,41 @@ sweep_row(HeapTuple tuple, TupleDesc desc, SweepCounts *counts)
 }
 
 /*
+ * Deletes the hold rows whose lease rows are gone: a lease with a minimum
+ * hold that ended by expiry (as one released within its hold does) loses
+ * its row here or to the next grant on its name, which know nothing of
+ * holds; a release or force release deletes both.  Run after the rows were
+ * swept, in their transaction, so the holds of the rows it deleted go too;
+ * the sweeper comes for every lease that ended by expiry.  A hold row and
+ * its lease row are written in one transaction, lease row first, so a
+ * snapshot that sees a hold row without its lease row saw that row deleted;
+ * locked hold rows are skipped, as locked lease rows are.  Before 1.2 there
+ * is no hold table, and nothing to do.
+ */
+static void
+delete_orphan_holds(void)
+{
+	const char *holds = dlock_table_holds();
+
+	if (holds == NULL)
+		return;
+	if (plan_orphans == NULL)
+	{
+		plan_orphans = SPI_prepare(psprintf("DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+											"SELECT h.ctid FROM %1$s h WHERE NOT EXISTS (SELECT FROM %2$s l"
+											" WHERE l.name OPERATOR(pg_catalog.=) h.name"
+											" AND l.token OPERATOR(pg_catalog.=) h.token)"
+											" FOR UPDATE OF h SKIP LOCKED))", holds, dlock_lease_table),
+								   0, NULL);
+		if (plan_orphans == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		dlock_table_keep_plan(&plan_orphans);
+	}
+	if (SPI_execute_plan(plan_orphans, NULL, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete a dlock hold row");
+}
+
+/*
  * Deletes the rows of leases that ended, each by version compare-and-set.
  * Shared memory decides what ended: a row whose lease is still held there
  * (renewed meanwhile, pinned by an open renewal, or inside its lock-delay)
@@ -338,6 +375,7 @@ dlock_store_sweep_rows(bool by_sweeper)
 	rows = SPI_tuptable;
 	for (uint64 i = 0; i < nrows; i++)
 		sweep_row(rows->vals[i], rows->tupdesc, &counts);
+	delete_orphan_holds();
 	dlock_table_spi_end(&saved);
 	/* a moved row is what the next rebuild trusts */
 	if (counts.moved > 0)

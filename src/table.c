@@ -1,9 +1,9 @@
 /*
  * table.c
  *		The lease table of the current database, as this backend knows it:
- *		its lookup, the prepared statements on it, the SPI sessions that
- *		run as its owner, the rules its rows keep, and whether its shape lets
- *		rows be written directly.
+ *		its lookup (and the hold table's beside it, from 1.2), the prepared
+ *		statements on it, the SPI sessions that run as its owner, the rules
+ *		its rows keep, and whether its shape lets rows be written directly.
  *
  * The bottom of the store: it calls no other file of dlock.  The files
  * above it (rows.c, floor.c, sweep.c, rebuild.c) keep their own prepared
@@ -45,6 +45,8 @@ static Oid	lease_owner = InvalidOid;
 static Oid	plans_relid = InvalidOid;
 char	   *dlock_lease_table = NULL;	/* qualified, quoted name */
 char	   *dlock_floor_table = NULL;	/* dlock_token_floor, likewise */
+static char *hold_table = NULL; /* dlock_lease_holds, likewise; NULL: not
+								 * found yet */
 
 /*
  * Where the files above keep their prepared statements (see
@@ -161,6 +163,9 @@ dlock_table_lookup(void)
 			pfree(dlock_lease_table);
 		if (dlock_floor_table != NULL)
 			pfree(dlock_floor_table);
+		if (hold_table != NULL)
+			pfree(hold_table);
+		hold_table = NULL;
 		dlock_lease_table = MemoryContextStrdup(TopMemoryContext,
 												quote_qualified_identifier(get_namespace_name(nsp),
 																		   "dlock_leases"));
@@ -172,6 +177,31 @@ dlock_table_lookup(void)
 	}
 	lease_looked_up = invals;
 	return lease_relid;
+}
+
+/*
+ * The qualified, quoted name of the hold table (dlock_lease_holds, made by
+ * the update to 1.2) beside the lease table looked up, or NULL: the library
+ * serves an extension not yet updated too, whose calls ask for no hold.
+ * Looked for again until found, as creating it invalidates nothing this
+ * backend watches; only calls about a hold (and rebuilds, sweeps and the
+ * standby's list) ask, so a lease without one pays nothing.  Once found it
+ * stays for as long as the lease table does: only dropping the extension
+ * drops it.
+ */
+const char *
+dlock_table_holds(void)
+{
+	Oid			nsp;
+
+	if (hold_table != NULL || !OidIsValid(lease_relid))
+		return hold_table;
+	nsp = get_rel_namespace(lease_relid);
+	if (OidIsValid(get_relname_relid("dlock_lease_holds", nsp)))
+		hold_table = MemoryContextStrdup(TopMemoryContext,
+										 quote_qualified_identifier(get_namespace_name(nsp),
+																	"dlock_lease_holds"));
+	return hold_table;
 }
 
 /*

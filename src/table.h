@@ -21,6 +21,7 @@ extern char *dlock_lease_table;
 extern char *dlock_floor_table;
 
 extern Oid	dlock_table_lookup(void);
+extern const char *dlock_table_holds(void);
 extern void dlock_table_keep_plan(SPIPlanPtr *plan);
 extern void dlock_table_prepare(SPIPlanPtr *plan, const char *fmt, int nargs,
 								Oid *argtypes);

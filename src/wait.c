@@ -149,7 +149,7 @@ dlock_wait_prepare(void)
 void
 dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 			  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-			  TransactionId durable_xid)
+			  TransactionId durable_xid, int64 min_hold)
 {
 	DLockWaiter *w = my_slot;
 
@@ -159,6 +159,7 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 	w->hash = head->hash;
 	w->token = 0;
 	w->ttl = ttl;
+	w->min_hold = min_hold;
 	w->deadline = deadline;
 	w->wake_at = deadline;
 	w->since = GetCurrentTimestamp();
@@ -174,6 +175,18 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 	dlock_count(DLOCK_STAT_WAITS);
 	dlist_push_tail(&head->u.h.waiters, &w->node);
 	head->nwaiters++;
+}
+
+/*
+ * A due lease ends; one released within its minimum hold ends as the
+ * release it was (counted and sent as one only now).
+ */
+static void
+end_due_lease(DLockEntry *lease, DLockStat stat)
+{
+	dlock_count(lease->released_at != 0 ? DLOCK_STAT_RELEASES : stat);
+	dlock_event_expired(lease);
+	dlock_end_lease(lease);
 }
 
 /*
@@ -210,9 +223,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 	{
 		if (!dlock_is_free(lease, now))
 			continue;
-		dlock_count(stat);
-		dlock_event_expired(lease);
-		dlock_end_lease(lease);
+		end_due_lease(lease, stat);
 	}
 
 	while (!dlist_is_empty(&head->u.h.waiters))
@@ -236,6 +247,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 				dlock_wake_later(w->proc);
 			break;				/* else not reserved and full: it waits on */
 		}
+		dlock_set_min_hold(lease, w->min_hold, now);
 		dlist_pop_head_node(&head->u.h.waiters);
 		head->nwaiters--;
 		w->reserved = false;
@@ -788,9 +800,38 @@ dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 			(!lease->durable || version > lease->version))
 		{
 			dlock_set_expires(lease, expires);
+			/* a renewal or extension takes back a release within the hold */
+			lease->released_at = 0;
 			if (lease->durable)
 				lease->version = version;
 		}
+		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
+	}
+	LWLockRelease(dlock_partition_lock(hash));
+	dlock_wake_all();
+}
+
+/*
+ * A release within the lease's minimum hold, at commit: the lease stays its
+ * owner's until expires (the hold's end, or its expiry if sooner), marked
+ * released, unless it is durable and already has a row version as new as
+ * version.  The head waiter is woken to re-arm its timer for that moment.
+ */
+void
+dlock_handoff_hold(const DLockKey *key, uint32 hash, uint64 token,
+				   int64 expires, int64 version, TimestampTz released_at)
+{
+	DLockEntry *lease;
+
+	dlock_wake_init();
+	lease = lock_lease(key, hash, token);
+	if (lease != NULL && !lease->released &&
+		(!lease->durable || version > lease->version))
+	{
+		dlock_set_expires(lease, Min(expires, lease->expires));
+		lease->released_at = released_at;
+		if (lease->durable)
+			lease->version = version;
 		dlock_settle(dlock_head_of(lease), dlock_mono_now(), DLOCK_STAT_EXPIRED_BY_CALLER, false);
 	}
 	LWLockRelease(dlock_partition_lock(hash));
@@ -830,11 +871,9 @@ dlock_expire_due(int batch, DLockStat stat, int *mine)
 				more = true;	/* come back at once */
 				break;
 			}
-			dlock_count(stat);
 			if (!lease->durable && lease->key.dbid == MyDatabaseId)
 				(*mine)++;
-			dlock_event_expired(lease);
-			dlock_end_lease(lease);
+			end_due_lease(lease, stat);
 			dlock_settle(head, now, stat, false);
 		}
 		if (lease != NULL && (next == 0 || dlock_free_at(lease) < next))

@@ -38,6 +38,7 @@ typedef struct DLockWaiter
 								 * never */
 	uint64		token;			/* set when granted */
 	int64		ttl;
+	int64		min_hold;		/* of the lease asked for; 0: none */
 	int64		deadline;		/* monotonic; 0 = wait without limit */
 	TimestampTz since;
 	TimestampTz deadline_wall;	/* for display; 0 = none */
@@ -56,7 +57,7 @@ extern void dlock_wait_shmem_init(void);
 
 extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 						  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-						  TransactionId durable_xid);
+						  TransactionId durable_xid, int64 min_hold);
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead);
 extern uint64 dlock_sleep(bool holds_pins);
@@ -83,6 +84,8 @@ extern void dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token,
 							   bool row_deleted);
 extern void dlock_handoff_set_expiry(const DLockKey *key, uint32 hash,
 									 uint64 token, int64 expires, int64 version);
+extern void dlock_handoff_hold(const DLockKey *key, uint32 hash, uint64 token,
+							   int64 expires, int64 version, TimestampTz released_at);
 
 extern void dlock_grant_committed(const DLockKey *key, uint32 hash,
 								  uint64 token);

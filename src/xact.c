@@ -39,9 +39,12 @@ typedef struct DLockOp
 	int			level;			/* transaction nesting level */
 	bool		renewal;		/* RENEW: by dlock_renew (counted), not an
 								 * extension by a new acquisition */
-	bool		supersedes;		/* RENEW: made an earlier release moot */
+	bool		supersedes;		/* RENEW: made an earlier release moot;
+								 * RELEASE: a force release, made one within
+								 * the minimum hold moot */
 	struct DLockOp *superseded_by;	/* RELEASE: the later acquisition of the
-									 * same lease that made it moot */
+									 * same lease, or force release, that made
+									 * it moot */
 	DLockKey	key;
 	uint32		hash;
 	DLockOwner	owner;
@@ -50,8 +53,12 @@ typedef struct DLockOp
 								 * ACQUIRE: the grant wrote a row */
 	bool		clears;			/* ACQUIRE: the grant deleted the rows of the
 								 * name's ended leases */
-	int64		expires;		/* RENEW: new expiry */
-	int64		version;		/* RENEW: the row version it wrote (0: none) */
+	int64		expires;		/* RENEW: new expiry; RELEASE: within the
+								 * lease's minimum hold, when it ends (0: at
+								 * once) */
+	int64		version;		/* RENEW, RELEASE within the hold: the row
+								 * version it wrote (0: none) */
+	TimestampTz released_at;	/* RELEASE within the hold: when */
 	bool		forced;			/* RELEASE: by dlock_force_release */
 	uint8		mode;			/* ACQUIRE with events: the lease's mode */
 	uint64		event_seq;		/* ACQUIRE: its grant event's seq; 0: none */
@@ -326,14 +333,57 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
 	op->durable = durable;
 }
 
-/* A release by dlock_force_release(): its event says "forced". */
+/*
+ * A force release of the lease of req (its holder's), token (its event says
+ * "forced"): false when a release of it that ends it at once is pending
+ * already.  One pending within
+ * its minimum hold would only end it at the hold's end: the force release
+ * supersedes it, so the lease ends at commit all the same (a savepoint
+ * rolled back over the force release gives that release back).
+ */
+bool
+dlock_xact_force_release(const DLockRequest *req, uint64 token, bool durable)
+{
+	ListCell   *lc;
+	DLockOp    *within_hold = NULL;
+	DLockOp    *op;
+
+	foreach(lc, lease_ops(req))
+	{
+		DLockOp    *prev = lfirst(lc);
+
+		if (prev->kind == DLOCK_OP_RELEASE && prev->superseded_by == NULL &&
+			same_lease(prev, req))
+		{
+			if (prev->expires == 0)
+				return false;
+			within_hold = prev;
+		}
+	}
+	op = log_op(DLOCK_OP_RELEASE, req, token);
+	op->durable = durable;
+	op->forced = true;
+	if (within_hold != NULL)
+	{
+		within_hold->superseded_by = op;
+		op->supersedes = true;
+	}
+	return true;
+}
+
+/*
+ * A release within the lease's minimum hold: at commit the lease ends at
+ * expires instead, marked released (its row, if any, was updated to version).
+ */
 void
-dlock_xact_force(const DLockRequest *req, uint64 token, bool durable)
+dlock_xact_release_hold(const DLockRequest *req, uint64 token, int64 expires,
+						int64 version, TimestampTz released_at)
 {
 	DLockOp    *op = log_op(DLOCK_OP_RELEASE, req, token);
 
-	op->durable = durable;
-	op->forced = true;
+	op->expires = expires;
+	op->version = version;
+	op->released_at = released_at;
 }
 
 DLockOp    *
@@ -514,8 +564,15 @@ apply_commit(void)
 			dlock_handoff_set_expiry(&op->key, op->hash, op->token, 0, 0);
 		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL)
 		{
-			dlock_handoff_free(&op->key, op->hash, op->token, op->durable);
-			dlock_count(DLOCK_STAT_RELEASES);
+			/* a release within the hold is counted when the hold ends */
+			if (op->expires != 0)
+				dlock_handoff_hold(&op->key, op->hash, op->token, op->expires,
+								   op->version, op->released_at);
+			else
+			{
+				dlock_handoff_free(&op->key, op->hash, op->token, op->durable);
+				dlock_count(DLOCK_STAT_RELEASES);
+			}
 		}
 	}
 }
@@ -538,7 +595,8 @@ send_events(void)
 		if (op->kind == DLOCK_OP_ACQUIRE && op->event_seq != 0)
 			dlock_events_add_grant(&op->key, &op->owner, op->token, op->event_seq,
 								   (DLockMode) op->mode, op->lifetime);
-		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL)
+		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL &&
+				 op->expires == 0)
 			dlock_events_add_end(&op->key, op->hash, op->token, op->forced);
 	}
 	dlock_events_send();

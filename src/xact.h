@@ -31,7 +31,11 @@ extern bool dlock_xact_extended(struct DLockOp *op, const DLockRequest *req,
 
 extern bool dlock_xact_release_pending(const DLockRequest *req);
 extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable);
-extern void dlock_xact_force(const DLockRequest *req, uint64 token, bool durable);
+extern bool dlock_xact_force_release(const DLockRequest *req, uint64 token,
+									 bool durable);
+extern void dlock_xact_release_hold(const DLockRequest *req, uint64 token,
+									int64 expires, int64 version,
+									TimestampTz released_at);
 
 /*
  * A renewal is logged before its lease is pinned, then completed; one left

@@ -277,6 +277,20 @@ expect_status 0 "release by the holder with its token" "$dlock" release --owner 
 expect_status 1 "release again" "$dlock" release --owner holder busy
 expect_status 1 "status NAME of a free name" "$dlock" status busy
 
+# --at-least: a minimum hold, at most the TTL; a lease its command released
+# within the hold is still held (status says released) until the hold ends
+expect_status 64 "usage: --at-least above --ttl" "$dlock" run --ttl 5s --at-least 6s name -- true
+grep -q "at-least must not be longer than the TTL" "$tmp/err" || fail "--at-least message: $(cat "$tmp/err")"
+expect_status 64 "usage: --at-least above the default TTL" "$dlock" run --at-least 31s name -- true
+expect_status 64 "usage: bad --at-least" "$dlock" run --at-least soon name -- true
+expect_status 64 "usage: --at-least on try" "$dlock" try --at-least 1s name
+expect_status 0 "run --at-least within the TTL" "$dlock" run --owner early --ttl 1h --at-least 30m early -- true
+expect_status 0 "status of a lease released within its hold" "$dlock" status early
+grep -qE "^early +holder, released +early +[0-9]+ " "$tmp/out" || fail "status of early: $(cat "$tmp/out")"
+expect_status 69 "run --no-wait on a name held within its hold" "$dlock" run --no-wait early -- touch "$tmp/ran"
+[ ! -e "$tmp/ran" ] || fail "the command ran although the lease was held within its hold"
+[ "$(sql "SELECT dlock_force_release('early')")" = t ] || fail "force release of early"
+
 # semaphores and shared leases
 expect_status 64 "usage: --shared with --permits" "$dlock" try --shared --permits 2 sem
 expect_status 64 "usage: --permits 0" "$dlock" try --permits 0 sem

@@ -136,7 +136,7 @@ for my $f ('dlock_force_release(text)', 'dlock_stats_reset()')
 		'f', "$f is not executable by PUBLIC after CREATE EXTENSION");
 }
 is($node->safe_psql('postgres',
-		"SELECT has_function_privilege('app1', 'dlock_try(text, interval, text, text, integer)', 'EXECUTE')"),
+		"SELECT has_function_privilege('app1', 'dlock_try(text, interval, text, text, integer, interval)', 'EXECUTE')"),
 	't', 'dlock_try is executable by PUBLIC');
 
 value_as('postgres', 'app1', "SELECT dlock_try('priv', '1 hour', 'a1')");
@@ -156,8 +156,14 @@ my @denied = (
 	q{CREATE RULE r AS ON INSERT TO dlock_leases DO INSTEAD NOTHING},
 	q{DROP TABLE dlock_leases},
 	q{COMMENT ON TABLE dlock_leases IS 'mine'},
+	q{SELECT * FROM dlock_lease_holds},
+	q{INSERT INTO dlock_lease_holds VALUES ('x', 10, interval '1 day')},
+	q{UPDATE dlock_lease_holds SET released_at = NULL},
+	q{DELETE FROM dlock_lease_holds},
+	q{TRUNCATE dlock_lease_holds},
+	q{DROP TABLE dlock_lease_holds},
 	q{CREATE OR REPLACE FUNCTION dlock_owner() RETURNS text LANGUAGE sql AS $$SELECT 'x'$$},
-	q{ALTER FUNCTION dlock_try(text, interval, text, text, integer) SECURITY DEFINER},
+	q{ALTER FUNCTION dlock_try(text, interval, text, text, integer, interval) SECURITY DEFINER},
 	q{DROP FUNCTION dlock_release(text, text, bigint)},
 	q{CREATE OR REPLACE VIEW dlock_locks AS SELECT 1 AS name},
 	q{DROP VIEW dlock_waiters},
@@ -176,10 +182,10 @@ is(run_as('postgres', 'app1',
 		q{CREATE TRIGGER evil BEFORE INSERT ON dlock_leases FOR EACH ROW EXECUTE FUNCTION public.evil_trigger()}),
 	'42501', 'app role: CREATE TRIGGER on dlock_leases fails with 42501');
 # GRANT and REVOKE by a non-owner only warn: the privileges stay as they were
-run_as('postgres', 'app1', q{REVOKE EXECUTE ON FUNCTION dlock_try(text, interval, text, text, integer) FROM PUBLIC});
+run_as('postgres', 'app1', q{REVOKE EXECUTE ON FUNCTION dlock_try(text, interval, text, text, integer, interval) FROM PUBLIC});
 run_as('postgres', 'app1', q{GRANT EXECUTE ON FUNCTION dlock_force_release(text) TO app1});
 is($node->safe_psql('postgres',
-		q{SELECT has_function_privilege('app2', 'dlock_try(text, interval, text, text, integer)', 'EXECUTE')
+		q{SELECT has_function_privilege('app2', 'dlock_try(text, interval, text, text, integer, interval)', 'EXECUTE')
 		  AND NOT has_function_privilege('app1', 'dlock_force_release(text)', 'EXECUTE')}),
 	't', 'GRANT and REVOKE by an application role change no privilege of dlock');
 is($node->safe_psql('postgres', 'SELECT name, owner, token, version FROM dlock_leases ORDER BY name'),
