@@ -41,7 +41,9 @@ def lit(s):
 class Script:
     """One client's random script; owners are per client and mode, so no call
     errors (a mode conflict with the owner's own lease would abort a
-    transaction whose tokens are tagged committed)."""
+    transaction whose tokens are tagged committed); the one documented error
+    left, a force release of a lease whose grant is still open when it
+    expires, is caught."""
 
     def __init__(self, rnd, client):
         self.rnd = rnd
@@ -92,7 +94,11 @@ class Script:
                                   (lit(name), lit(self.owner(mode)))))
         elif x < 0.60:
             name = r.choice(NAMES + sorted(SEMAPHORES))
-            self.lines.append(sql("SELECT dlock_force_release(%s) IS NULL;" % lit(name)))
+            # a lease whose granting transaction outlives its ttl cannot be
+            # forced: 55P03 after waiting until it expires (docs/semantics.md)
+            self.lines.append(sql(
+                "DO $$BEGIN PERFORM dlock_force_release(%s); "
+                "EXCEPTION WHEN lock_not_available THEN NULL; END$$;" % lit(name)))
         elif x < 0.67:
             # rolled back, with a wait inside sometimes
             self.lines.append(sql("BEGIN;"))

@@ -7,7 +7,8 @@
 # sent by the worker's sender, by a session that takes the name over (before
 # its grant, in its transaction), and by the commit of a grant whose lease
 # ended before it (after its grant, or never if it rolls back), and nothing
-# for a lease granted with events off.  seq grows on every name.
+# for a lease granted with events off; a release within a minimum hold sent
+# when the hold ends.  seq grows on every name.
 #
 # (Not an isolation spec: isolationtester prints payloads verbatim, and
 # tokens differ on every run.)
@@ -253,6 +254,27 @@ $a->query_safe(q{SELECT dlock_renew('r', '1 hour', 'a')});
 $a->query_safe(q{SELECT dlock_release('r', 'a')});
 is(summary(next_events(2)), 'granted:r:a released:r:a', 'no event for an extension or a renewal');
 no_more('extension');
+
+# --- a release within a minimum hold: the lease ends, and is sent and
+# counted as released, when the hold ends, not at the release's commit
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET dlock.worker');
+$node->reload;
+$node->poll_query_until('postgres', q{SELECT current_setting('dlock.worker') = 'on'});
+my $stats = q{SELECT releases || ' ' || (expired_by_worker + expired_by_sweep + expired_by_caller) FROM dlock_stats()};
+my ($rel0, $exp0) = split / /, $node->safe_psql('postgres', $stats);
+$a->query_safe(q{SELECT dlock_try('hold', '1 hour', 'a', min_hold => '1 second')});
+is(summary(next_events(1)), 'granted:hold:a', 'a grant with a minimum hold');
+is($a->query_safe(q{SELECT dlock_release('hold', 'a')}), 't', 'released within its hold');
+no_more('a release within the hold, at its commit');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock_locks WHERE name = 'hold' AND released_at IS NOT NULL}),
+	'1', 'still listed, marked released');
+@ev = next_events(1);
+is(summary(@ev), 'released:hold:a', 'released when the hold ends');
+seq_grows('hold', @ev);
+my ($rel1, $exp1) = split / /, $node->safe_psql('postgres', $stats);
+is($rel1 - $rel0, 1, 'counted as one release');
+is($exp1 - $exp0, 0, 'and not as an expiry');
+no_more('hold');
 
 $_->quit for ($a, $b, $c, $listener);
 $node->stop;
