@@ -36,6 +36,7 @@
 #include "grace.h"
 #include "grantwait.h"
 #include "lease.h"
+#include "lifetime.h"
 #include "settings.h"
 #include "store.h"
 #include "tokens.h"
@@ -311,6 +312,7 @@ acquire_prepare(AcquireState *a)
 	a->xid = InvalidTransactionId;
 	if (a->req->durable)
 		a->xid = dlock_store_xid();
+	dlock_lifetime_prepare(a->req);
 	a->op = dlock_xact_begin(a->req);
 }
 
@@ -372,7 +374,10 @@ extend_own(AcquireState *a, DLockEntry *lease)
 		acquire_unlock(a);
 		dlock_too_many_pinners(req);
 	}
-	lease->holder_pid = MyProcPid;
+	/* a session or transaction lease stays bound to its backend */
+	if (lease->lifetime == DLOCK_LIFETIME_TTL)
+		dlock_set_holder(lease, MyProcPid, dlock_lifetime_backend(),
+						 DLOCK_LIFETIME_TTL);
 	token = lease->token;
 	durable = lease->durable;
 	if (durable)
@@ -398,6 +403,8 @@ granted(AcquireState *a, DLockEntry *lease)
 
 	dlock_xact_granted(a->op, lease->token, lease->durable);
 	token = lease->token;
+	if (req->lifetime == DLOCK_LIFETIME_SESSION)
+		dlock_lifetime_bound(req, token);
 	durable = lease->durable;
 	clears = lease->clear_rows;
 	if (durable || clears)
@@ -437,6 +444,7 @@ grant_now(AcquireState *a)
 	}
 	if (lease == NULL)
 		return make_room(a);
+	dlock_set_holder(lease, MyProcPid, dlock_lifetime_backend(), req->lifetime);
 	dlock_count(DLOCK_STAT_IMMEDIATE);
 	return granted(a, lease);
 }
@@ -458,6 +466,8 @@ handed_over(AcquireState *a, uint64 token)
 	bool		clears;
 
 	dlock_xact_granted(a->op, token, req->durable);
+	if (req->lifetime == DLOCK_LIFETIME_SESSION)
+		dlock_lifetime_bound(req, token);
 
 	/* granted by another backend: read what to write */
 	LWLockAcquire(a->lock, LW_SHARED);
@@ -507,7 +517,8 @@ queue_and_wait(AcquireState *a)
 	if (reserve && !dlock_reserve(head))
 		return make_room(a);
 	dlock_enqueue(head, &req->owner, req->roleid, req->ttl, a->deadline,
-				  req->mode, reserve, req->durable ? a->xid : InvalidTransactionId);
+				  req->mode, reserve, req->durable ? a->xid : InvalidTransactionId,
+				  req->lifetime, dlock_lifetime_backend());
 	acquire_unlock(a);
 
 	token = dlock_sleep(dlock_xact_holds_pins());

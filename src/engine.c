@@ -399,6 +399,9 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 		entry->u.x.head = head;
 	entry->roleid = InvalidOid;
 	entry->holder_pid = 0;
+	entry->holder_backend.procno = -1;
+	entry->holder_backend.serial = 0;
+	entry->lifetime = DLOCK_LIFETIME_TTL;
 	entry->nwaiters = 0;
 	entry->nleases = 0;
 	entry->permits = 0;
@@ -704,6 +707,10 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->released = false;
 	lease->grant_xid = InvalidTransactionId;
 	lease->clear_rows = false;
+	lease->holder_pid = 0;
+	lease->holder_backend.procno = -1;
+	lease->holder_backend.serial = 0;
+	lease->lifetime = DLOCK_LIFETIME_TTL;
 	return lease;
 }
 

@@ -615,9 +615,12 @@ dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
 
 	(void) dlock_table_lookup();
 	dlock_table_spi_begin(&saved, false, true);
+	/* a row is a 'ttl' lease's (1.1's SQL has no lifetime column) */
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
-							 " NULL::int, 0, version, true, mode, permits FROM %s"
-							 " WHERE expires_at > clock_timestamp()", dlock_lease_table),
+							 " NULL::int, 0, version, true, mode, permits%s FROM %s"
+							 " WHERE expires_at > clock_timestamp()",
+							 tupdesc->natts > 12 ? ", 'ttl'::text" : "",
+							 dlock_lease_table),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the dlock lease table");
 	for (uint64 i = 0; i < SPI_processed; i++)

@@ -148,7 +148,8 @@ dlock_wait_prepare(void)
 void
 dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 			  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-			  TransactionId durable_xid)
+			  TransactionId durable_xid, DLockLifetime lifetime,
+			  const DLockBackend *backend)
 {
 	DLockWaiter *w = my_slot;
 
@@ -166,6 +167,8 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 	w->roleid = roleid;
 	w->durable_xid = durable_xid;
 	w->mode = mode;
+	w->lifetime = lifetime;
+	w->backend = *backend;
 	w->reserved = reserved;
 	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
 	w->state = DLOCK_WAIT_QUEUED;
@@ -233,6 +236,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 				dlock_wake_later(w->proc);
 			break;				/* else not reserved and full: it waits on */
 		}
+		dlock_set_holder(lease, w->pid, &w->backend, (DLockLifetime) w->lifetime);
 		dlist_pop_head_node(&head->u.h.waiters);
 		head->nwaiters--;
 		w->reserved = false;
@@ -364,7 +368,7 @@ dlock_end_waits(Oid dbid)
  * returned) and hands the name on.  A lease that other transactions pin
  * (they renewed, extended or fenced it, and their writes may still commit)
  * only stops being its owner's: no conflicting lease is granted until they
- * end.  row_deleted: the lease has no row any more (or never had one).  The
+ * end (a second end of such a lease changes nothing).  row_deleted: the lease has no row any more (or never had one).  The
  * caller holds the partition lock exclusively.
  */
 static void
@@ -375,7 +379,11 @@ give_up(DLockEntry *lease, bool row_deleted, int64 now)
 	if (row_deleted)
 		lease->version = 0;
 	if (lease->pins > 0)
-		dlock_release_pinned(lease, now);
+	{
+		/* its first end counts: a later one must not put off its pinners' */
+		if (!lease->released)
+			dlock_release_pinned(lease, now);
+	}
 	else
 		dlock_end_lease(lease);
 	dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);

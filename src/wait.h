@@ -45,6 +45,9 @@ typedef struct DLockWaiter
 	TransactionId durable_xid;	/* durable: the transaction that will write
 								 * the row of the lease granted; else invalid */
 	uint8		mode;			/* DLockMode asked for */
+	uint8		lifetime;		/* DLockLifetime asked for */
+	DLockBackend backend;		/* the waiter's backend, which a session or
+								 * transaction lease granted is bound to */
 	bool		reserved;		/* counted an entry for its lease */
 	DLockOwner	owner;
 } DLockWaiter;
@@ -54,7 +57,8 @@ extern void dlock_wait_shmem_init(void);
 
 extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 						  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-						  TransactionId durable_xid);
+						  TransactionId durable_xid, DLockLifetime lifetime,
+						  const DLockBackend *backend);
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead);
 extern uint64 dlock_sleep(bool holds_pins);

@@ -20,6 +20,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "lifetime.h"
 #include "wait.h"
 #include "xact.h"
 
@@ -48,6 +49,7 @@ typedef struct DLockOp
 								 * ACQUIRE: the grant wrote a row */
 	bool		clears;			/* ACQUIRE: the grant deleted the rows of the
 								 * name's ended leases */
+	uint8		lifetime;		/* ACQUIRE: DLockLifetime of the grant */
 	int64		expires;		/* RENEW: new expiry */
 	int64		version;		/* RENEW: the row version it wrote (0: none) */
 } DLockOp;
@@ -221,7 +223,10 @@ log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
 DLockOp    *
 dlock_xact_begin(const DLockRequest *req)
 {
-	return log_op(DLOCK_OP_RENEW, req, 0);
+	DLockOp    *op = log_op(DLOCK_OP_RENEW, req, 0);
+
+	op->lifetime = req->lifetime;
+	return op;
 }
 
 /* The op was not needed (nothing was granted or extended). */
@@ -437,7 +442,10 @@ undo_from(int level)
 
 		if (op->level < level)
 			break;
-		if (op->kind == DLOCK_OP_ACQUIRE)
+		if (op->kind == DLOCK_OP_ACQUIRE &&
+			op->lifetime == DLOCK_LIFETIME_TRANSACTION)
+			dlock_lifetime_end(&op->key, op->hash, op->token);
+		else if (op->kind == DLOCK_OP_ACQUIRE)
 			dlock_handoff_free(&op->key, op->hash, op->token, true);
 		else if ((op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE) &&
 				 op->token != 0)
@@ -489,6 +497,43 @@ apply_commit(void)
 			dlock_count(DLOCK_STAT_RELEASES);
 		}
 	}
+	/* the transaction's own leases end with it, once it has done the rest */
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->kind == DLOCK_OP_ACQUIRE && op->token != 0 &&
+			op->lifetime == DLOCK_LIFETIME_TRANSACTION)
+			dlock_lifetime_end(&op->key, op->hash, op->token);
+	}
+}
+
+/*
+ * A prepared transaction outlives its session and would keep its
+ * transaction leases with no one to end them: refused, naming one.
+ */
+static void
+refuse_prepare(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->kind == DLOCK_OP_ACQUIRE && op->token != 0 &&
+			op->lifetime == DLOCK_LIFETIME_TRANSACTION)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that holds a dlock lease of lifetime 'transaction'"),
+					 errdetail("It holds lease \"%.*s\", which ends with it; a prepared transaction outlives its session.",
+							   op->key.len, op->key.name),
+					 errhint("End the transaction with COMMIT or ROLLBACK: a transaction that takes dlock leases cannot be prepared.")));
+	}
+	if (ops != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot prepare a transaction that acquired, renewed or released dlock leases")));
 }
 
 static void
@@ -511,10 +556,7 @@ xact_callback(XactEvent event, void *arg)
 			fence_index = NULL;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			if (ops != NIL)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that acquired, renewed or released dlock leases")));
+			refuse_prepare();
 			break;
 		default:
 			break;
