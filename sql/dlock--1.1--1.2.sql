@@ -26,13 +26,19 @@ CREATE TABLE dlock_lease_holds (
 );
 REVOKE ALL ON dlock_lease_holds FROM PUBLIC;
 
--- The acquiring functions take min_hold last (NULL: none).
+-- lifetime: what ends a new lease besides its ttl.  'ttl' nothing else;
+-- 'session' also the exit of the backend that took it; 'transaction' also
+-- the end of the transaction that took it.  NULL: 'session' when owner is
+-- the owner generated for this session (dlock_owner() without dlock.owner),
+-- else 'ttl'.  Session and transaction leases have no row in dlock_leases.
+-- min_hold, after it: see dlock_lease_holds above (NULL: none).
 DROP FUNCTION dlock_try(text, interval, text, text, integer);
 CREATE FUNCTION dlock_try(name text,
 						  ttl interval DEFAULT NULL,
 						  owner text DEFAULT dlock_owner(),
 						  mode text DEFAULT 'exclusive',
 						  permits integer DEFAULT NULL,
+						  lifetime text DEFAULT NULL,
 						  min_hold interval DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'dlock_try' LANGUAGE C VOLATILE;
@@ -44,6 +50,7 @@ CREATE FUNCTION dlock_acquire(name text,
 							  owner text DEFAULT dlock_owner(),
 							  mode text DEFAULT 'exclusive',
 							  permits integer DEFAULT NULL,
+							  lifetime text DEFAULT NULL,
 							  min_hold interval DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'dlock_acquire' LANGUAGE C VOLATILE;
@@ -53,6 +60,7 @@ CREATE FUNCTION dlock_try_all(names text[],
 							  ttl interval DEFAULT NULL,
 							  owner text DEFAULT dlock_owner(),
 							  mode text DEFAULT 'exclusive',
+							  lifetime text DEFAULT NULL,
 							  min_hold interval DEFAULT NULL)
 RETURNS bigint[]
 AS 'MODULE_PATHNAME', 'dlock_try_all' LANGUAGE C VOLATILE;
@@ -63,12 +71,14 @@ CREATE FUNCTION dlock_acquire_all(names text[],
 								  timeout interval DEFAULT NULL,
 								  owner text DEFAULT dlock_owner(),
 								  mode text DEFAULT 'exclusive',
+								  lifetime text DEFAULT NULL,
 								  min_hold interval DEFAULT NULL)
 RETURNS bigint[]
 AS 'MODULE_PATHNAME', 'dlock_acquire_all' LANGUAGE C VOLATILE;
 
--- dlock_locks shows each lease's min_hold and, for one its owner released
--- within that hold, when (it lasts until expires_at).
+-- dlock_locks shows each lease's lifetime (pid is NULL once the backend that
+-- holds the lease, or that it is bound to, has exited), its min_hold and, for
+-- one released within that hold, when (it lasts until expires_at).
 DROP VIEW dlock_locks;
 DROP FUNCTION dlock_list_locks();
 CREATE FUNCTION dlock_list_locks(
@@ -76,7 +86,8 @@ CREATE FUNCTION dlock_list_locks(
 	OUT granted_at timestamptz, OUT expires_at timestamptz,
 	OUT role regrole, OUT pid integer, OUT waiters integer,
 	OUT version bigint, OUT durable boolean, OUT mode text,
-	OUT permits integer, OUT min_hold interval, OUT released_at timestamptz)
+	OUT permits integer, OUT lifetime text, OUT min_hold interval,
+	OUT released_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_list_locks' LANGUAGE C VOLATILE;
 CREATE VIEW dlock_locks AS

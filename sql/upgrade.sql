@@ -91,7 +91,7 @@ DROP VIEW my_locks;
 ALTER EXTENSION dlock UPDATE;
 SELECT my_take() > 0 AS my_function_calls_the_new_one;
 SELECT dlock_release('up:mine', 'u');
-SELECT has_function_privilege('public', 'dlock_try(text, interval, text, text, integer, interval)',
+SELECT has_function_privilege('public', 'dlock_try(text, interval, text, text, integer, text, interval)',
 							  'EXECUTE') AS public_may_execute_again;
 DROP FUNCTION my_take();
 SELECT extversion = default_version AS at_default_version

@@ -37,6 +37,7 @@
 #include "grace.h"
 #include "grantwait.h"
 #include "lease.h"
+#include "lifetime.h"
 #include "settings.h"
 #include "store.h"
 #include "tokens.h"
@@ -313,6 +314,7 @@ acquire_prepare(AcquireState *a)
 	a->xid = InvalidTransactionId;
 	if (a->req->durable)
 		a->xid = dlock_store_xid();
+	dlock_lifetime_prepare(a->req);
 	a->op = dlock_xact_begin(a->req);
 }
 
@@ -374,7 +376,10 @@ extend_own(AcquireState *a, DLockEntry *lease)
 		acquire_unlock(a);
 		dlock_too_many_pinners(req);
 	}
-	lease->holder_pid = MyProcPid;
+	/* a session or transaction lease stays bound to its backend */
+	if (lease->lifetime == DLOCK_LIFETIME_TTL)
+		dlock_set_holder(lease, MyProcPid, dlock_lifetime_backend(),
+						 DLOCK_LIFETIME_TTL);
 	token = lease->token;
 	durable = lease->durable;
 	if (durable)
@@ -399,9 +404,10 @@ granted(AcquireState *a, DLockEntry *lease)
 	bool		clears;
 
 	dlock_xact_granted(a->op, lease->token, lease->durable);
-	dlock_xact_granted_event(a->op, dlock_event_granted(lease, dlock_events, MyProcPid),
-							 dlock_event_lifetime(lease));
+	dlock_xact_granted_event(a->op, dlock_event_granted(lease, dlock_events, MyProcPid));
 	token = lease->token;
+	if (req->lifetime == DLOCK_LIFETIME_SESSION)
+		dlock_lifetime_bound(req, token);
 	durable = lease->durable;
 	clears = lease->clear_rows;
 	if (durable || clears)
@@ -442,6 +448,7 @@ grant_now(AcquireState *a)
 	if (lease == NULL)
 		return make_room(a);
 	dlock_set_min_hold(lease, req->min_hold, a->now);
+	dlock_set_holder(lease, MyProcPid, dlock_lifetime_backend(), req->lifetime);
 	dlock_count(DLOCK_STAT_IMMEDIATE);
 	return granted(a, lease);
 }
@@ -463,6 +470,8 @@ handed_over(AcquireState *a, uint64 token)
 	bool		clears;
 
 	dlock_xact_granted(a->op, token, req->durable);
+	if (req->lifetime == DLOCK_LIFETIME_SESSION)
+		dlock_lifetime_bound(req, token);
 
 	/* granted by another backend: read what to write */
 	LWLockAcquire(a->lock, LW_SHARED);
@@ -470,8 +479,7 @@ handed_over(AcquireState *a, uint64 token)
 	lease = dlock_find_lease(&req->key, req->hash, token);
 	found = (lease != NULL);
 	/* (a lease that ended already: its end's event waits for our commit) */
-	dlock_xact_granted_event(a->op, dlock_wait_event_seq(),
-							 dlock_event_lifetime(lease));
+	dlock_xact_granted_event(a->op, dlock_wait_event_seq());
 	clears = found && lease->clear_rows;
 	if (found)
 	{
@@ -516,7 +524,7 @@ queue_and_wait(AcquireState *a)
 		return make_room(a);
 	dlock_enqueue(head, &req->owner, req->roleid, req->ttl, a->deadline,
 				  req->mode, reserve, req->durable ? a->xid : InvalidTransactionId,
-				  req->min_hold);
+				  req->min_hold, req->lifetime, dlock_lifetime_backend());
 	acquire_unlock(a);
 
 	token = dlock_sleep(dlock_xact_holds_pins());

@@ -26,6 +26,7 @@
 #include "compat.h"
 #include "grace.h"
 #include "lease.h"
+#include "lifetime.h"
 #include "settings.h"
 #include "store.h"
 #include "wait.h"
@@ -54,7 +55,15 @@ dlock_preload_check(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* The session's default owner: dlock.owner, else one unique to the session. */
+/* The owner generated for this session, unique to it. */
+static void
+generated_owner(DLockOwner *owner)
+{
+	owner->len = snprintf(owner->str, DLOCK_OWNER_MAX, "session:%d:" INT64_FORMAT,
+						  MyProcPid, (int64) MyStartTimestamp);
+}
+
+/* The session's default owner: dlock.owner, else the generated one. */
 static void
 default_owner(DLockOwner *owner)
 {
@@ -65,8 +74,7 @@ default_owner(DLockOwner *owner)
 		memcpy(owner->str, dlock_owner_setting, owner->len);
 	}
 	else
-		owner->len = snprintf(owner->str, DLOCK_OWNER_MAX, "session:%d:" INT64_FORMAT,
-							  MyProcPid, (int64) MyStartTimestamp);
+		generated_owner(owner);
 }
 
 Datum
@@ -216,6 +224,48 @@ mode_args(FunctionCallInfo fcinfo, DLockRequest *req, int mode_argno, int permit
 	}
 }
 
+/*
+ * The lifetime argument, after the owner's (the function has fewer
+ * arguments while the library serves an older version's SQL).  NULL is
+ * 'session' for the owner generated for this session, which no other
+ * session can act for, else 'ttl'.  A session or transaction lease has no
+ * row, so its ttl is bounded as a memory-only lease's is.
+ */
+static void
+lifetime_arg(FunctionCallInfo fcinfo, int argno, DLockRequest *req)
+{
+	req->lifetime = DLOCK_LIFETIME_TTL;
+	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
+	{
+		DLockOwner	generated;
+
+		generated_owner(&generated);
+		if (dlock_owner_equal(&generated, &req->owner))
+			req->lifetime = DLOCK_LIFETIME_SESSION;
+	}
+	else
+	{
+		text	   *arg = PG_GETARG_TEXT_PP(argno);
+		const char *data = VARDATA_ANY(arg);
+		int			len = VARSIZE_ANY_EXHDR(arg);
+
+		if (len == 7 && memcmp(data, "session", 7) == 0)
+			req->lifetime = DLOCK_LIFETIME_SESSION;
+		else if (len == 11 && memcmp(data, "transaction", 11) == 0)
+			req->lifetime = DLOCK_LIFETIME_TRANSACTION;
+		else if (len != 3 || memcmp(data, "ttl", 3) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid lease lifetime \"%s\"", text_to_cstring(arg)),
+					 errhint("Use 'ttl', 'session' or 'transaction' (or NULL for the default).")));
+	}
+	if (req->lifetime != DLOCK_LIFETIME_TTL && req->durable)
+	{
+		req->durable = false;
+		dlock_grace_check_ttl(req->ttl, false);
+	}
+}
+
 static void
 check_primary(void)
 {
@@ -252,9 +302,10 @@ build_request(FunctionCallInfo fcinfo, DLockRequest *req,
 	req->durable = dlock_durable;
 	req->mode = DLOCK_EXCLUSIVE;
 	req->permits = 0;
+	req->lifetime = DLOCK_LIFETIME_TTL;
 }
 
-/* dlock_try(name, ttl, owner, mode, permits, min_hold) */
+/* dlock_try(name, ttl, owner, mode, permits, lifetime, min_hold) */
 Datum
 dlock_try(PG_FUNCTION_ARGS)
 {
@@ -263,14 +314,15 @@ dlock_try(PG_FUNCTION_ARGS)
 
 	build_request(fcinfo, &req, 0, 1, 2);
 	mode_args(fcinfo, &req, 3, 4);
-	min_hold_arg(fcinfo, 5, &req);
+	lifetime_arg(fcinfo, 5, &req);
+	min_hold_arg(fcinfo, 6, &req);
 	token = dlock_lease_acquire(&req, 0);
 	if (token == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64((int64) token);
 }
 
-/* dlock_acquire(name, ttl, timeout, owner, mode, permits, min_hold) */
+/* dlock_acquire(name, ttl, timeout, owner, mode, permits, lifetime, min_hold) */
 Datum
 dlock_acquire(PG_FUNCTION_ARGS)
 {
@@ -280,7 +332,8 @@ dlock_acquire(PG_FUNCTION_ARGS)
 
 	build_request(fcinfo, &req, 0, 1, 3);
 	mode_args(fcinfo, &req, 4, 5);
-	min_hold_arg(fcinfo, 6, &req);
+	lifetime_arg(fcinfo, 6, &req);
+	min_hold_arg(fcinfo, 7, &req);
 	timeout = timeout_arg(fcinfo, 2);
 	token = dlock_lease_acquire(&req, timeout);
 	if (token == 0)
@@ -432,7 +485,7 @@ take_all(NameArg *names, int count, DLockRequest *req, int64 timeout)
  */
 static Datum
 acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
-			int owner_argno, int mode_argno, int min_hold_argno)
+			int owner_argno, int mode_argno, int lifetime_argno)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -451,7 +504,8 @@ acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
 	req.ttl = ttl_arg(fcinfo, ttl_argno);
 	req.durable = dlock_durable;
 	mode_args(fcinfo, &req, mode_argno, -1);
-	min_hold_arg(fcinfo, min_hold_argno, &req);
+	lifetime_arg(fcinfo, lifetime_argno, &req);
+	min_hold_arg(fcinfo, lifetime_argno + 1, &req);
 	dlock_xact_register();
 
 	BeginInternalSubTransaction(NULL);
@@ -490,14 +544,14 @@ acquire_all(FunctionCallInfo fcinfo, int ttl_argno, int timeout_argno,
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
-/* dlock_try_all(names, ttl, owner, mode, min_hold) */
+/* dlock_try_all(names, ttl, owner, mode, lifetime, min_hold) */
 Datum
 dlock_try_all(PG_FUNCTION_ARGS)
 {
 	return acquire_all(fcinfo, 1, -1, 2, 3, 4);
 }
 
-/* dlock_acquire_all(names, ttl, timeout, owner, mode, min_hold) */
+/* dlock_acquire_all(names, ttl, timeout, owner, mode, lifetime, min_hold) */
 Datum
 dlock_acquire_all(PG_FUNCTION_ARGS)
 {
@@ -581,8 +635,8 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < ncopies; i++)
 	{
 		DLockEntry *e = &copies[i];
-		Datum		values[14];
-		bool		nulls[14] = {0};
+		Datum		values[15];
+		bool		nulls[15] = {0};
 		Interval   *min_hold = palloc0(sizeof(Interval));
 
 		values[0] = PointerGetDatum(cstring_to_text_with_len(e->key.name, e->key.len));
@@ -591,8 +645,9 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 		values[3] = TimestampTzGetDatum(e->granted_at);
 		values[4] = TimestampTzGetDatum(dlock_mono_to_wall(e->expires, now, wall_now));
 		values[5] = ObjectIdGetDatum(e->roleid);
+		/* only while it is that backend: a later one may have its pid */
 		values[6] = Int32GetDatum(e->holder_pid);
-		nulls[6] = (e->holder_pid == 0);
+		nulls[6] = (e->holder_pid == 0 || !dlock_backend_alive(&e->holder_backend));
 		values[7] = Int32GetDatum(e->nwaiters);
 		values[8] = Int64GetDatum(e->version);
 		nulls[8] = !e->durable;
@@ -600,11 +655,13 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 		values[10] = PointerGetDatum(cstring_to_text(dlock_mode_name((DLockMode) e->mode)));
 		values[11] = Int32GetDatum(e->permits);
 		nulls[11] = (e->permits == 0);
+		/* (older SQL has fewer columns: the descriptor says how many are read) */
+		values[12] = PointerGetDatum(cstring_to_text(dlock_lifetime_name((DLockLifetime) e->lifetime)));
 		min_hold->time = e->min_hold;
-		values[12] = IntervalPGetDatum(min_hold);
-		nulls[12] = (e->min_hold == 0);
-		values[13] = TimestampTzGetDatum(e->released_at);
-		nulls[13] = (e->released_at == 0);
+		values[13] = IntervalPGetDatum(min_hold);
+		nulls[13] = (e->min_hold == 0);
+		values[14] = TimestampTzGetDatum(e->released_at);
+		nulls[14] = (e->released_at == 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

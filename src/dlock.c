@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "events.h"
 #include "grace.h"
+#include "lifetime.h"
 #include "settings.h"
 #include "store.h"
 #include "tokens.h"
@@ -42,6 +43,7 @@ dlock_shmem_request_hook(void)
 	size = add_size(size, dlock_wait_shmem_size());
 	size = add_size(size, dlock_grace_shmem_size());
 	size = add_size(size, dlock_events_shmem_size());
+	size = add_size(size, dlock_lifetime_shmem_size());
 	RequestAddinShmemSpace(size);
 	/* the partition locks, then the token lock and the grace lock */
 	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 3);
@@ -64,6 +66,7 @@ dlock_shmem_startup_hook(void)
 	dlock_wait_shmem_init();
 	dlock_grace_shmem_init(&locks[DLOCK_PARTITIONS + 1].lock);
 	dlock_events_shmem_init(&locks[DLOCK_PARTITIONS + 2].lock);
+	dlock_lifetime_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

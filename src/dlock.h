@@ -11,6 +11,8 @@
  *	acquire.c		acquiring a lease: granted, extended, queued
  *	lease.c			what a holder does with it: renew, release, force, fence
  *	xact.c			lease changes that follow the caller's transaction
+ *	lifetime.c		leases that end with their session or transaction; telling
+ *					backends apart (lifetime.h)
  *	grace.c			no new grant after a promotion until lost leases ended;
  *					the ttl bound that needs (dlock.failover_grace)
  *	the store, the lease table (durable rows; store.h), top to bottom:
@@ -49,6 +51,10 @@
  *				then (lease.c, xact.c, wait.c: dlock_handoff_hold)
  *	durable		a lease with a row in the lease table (the default); a
  *				memory-only lease is lost with shared memory
+ *	lifetime	what ends a lease besides its TTL: nothing ('ttl'), the exit
+ *				of the backend it is bound to ('session'), the end of the
+ *				transaction that took it ('transaction'); the last two are
+ *				memory-only
  */
 #ifndef DLOCK_H
 #define DLOCK_H

@@ -257,6 +257,20 @@ dlock_mode_name(DLockMode mode)
 	return mode == DLOCK_SHARED ? "shared" : "exclusive";
 }
 
+const char *
+dlock_lifetime_name(DLockLifetime lifetime)
+{
+	switch (lifetime)
+	{
+		case DLOCK_LIFETIME_SESSION:
+			return "session";
+		case DLOCK_LIFETIME_TRANSACTION:
+			return "transaction";
+		default:
+			return "ttl";
+	}
+}
+
 /*
  * Every lease of a name hashes to the name's partition: the token only
  * changes the bits above the partition number.
@@ -399,6 +413,9 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 		entry->u.x.head = head;
 	entry->roleid = InvalidOid;
 	entry->holder_pid = 0;
+	entry->holder_backend.procno = -1;
+	entry->holder_backend.serial = 0;
+	entry->lifetime = DLOCK_LIFETIME_TTL;
 	entry->nwaiters = 0;
 	entry->nleases = 0;
 	entry->permits = 0;
@@ -706,9 +723,14 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->min_hold = 0;
 	lease->hold_until = 0;
 	lease->released_at = 0;
+	lease->lifetime_ended = false;
 	lease->grant_xid = InvalidTransactionId;
 	lease->clear_rows = false;
 	memset(&lease->ev, 0, sizeof(lease->ev));
+	lease->holder_pid = 0;
+	lease->holder_backend.procno = -1;
+	lease->holder_backend.serial = 0;
+	lease->lifetime = DLOCK_LIFETIME_TTL;
 	return lease;
 }
 

@@ -40,6 +40,28 @@ typedef enum DLockMode
 	DLOCK_SHARED
 } DLockMode;
 
+/*
+ * How a lease ends besides its TTL: with the backend that took it, or with
+ * the transaction that took it (lifetime.c).
+ */
+typedef enum DLockLifetime
+{
+	DLOCK_LIFETIME_TTL,
+	DLOCK_LIFETIME_SESSION,
+	DLOCK_LIFETIME_TRANSACTION
+} DLockLifetime;
+
+/*
+ * A backend, told apart from a later one with the same pid or slot: its
+ * slot among the regular backends and a serial unique since shared memory
+ * was set up (lifetime.c).
+ */
+typedef struct DLockBackend
+{
+	int32		procno;			/* -1: none */
+	uint64		serial;			/* 0: none */
+} DLockBackend;
+
 typedef struct DLockOwner
 {
 	uint16		len;
@@ -91,6 +113,8 @@ typedef struct DLockEntry
 								 * (wall clock; 0: not): it stays its owner's,
 								 * live until its expiry (hold_until or
 								 * less); a renewal takes it back */
+	bool		lifetime_ended; /* released_at set by the end of its session
+								 * or transaction, not by a release */
 	int64		version;		/* version of its table row, as last written */
 	union
 	{
@@ -106,7 +130,10 @@ typedef struct DLockEntry
 		}			x;
 	}			u;
 	Oid			roleid;			/* role that took the lease */
-	int			holder_pid;		/* backend that took or last extended it */
+	int			holder_pid;		/* backend that took or last extended it; a
+								 * session or transaction lease's: the
+								 * backend it is bound to */
+	DLockBackend holder_backend;	/* holder_pid's backend */
 	int32		nwaiters;		/* head: length of waiters */
 	int32		nleases;		/* head: leases of the name, its own included */
 	int32		permits;		/* head: 0 for a plain lock, else a semaphore
@@ -114,6 +141,7 @@ typedef struct DLockEntry
 	bool		in_heap;		/* in its partition's expiry heap */
 	bool		durable;		/* stored in the lease table */
 	uint8		mode;			/* DLockMode of the lease */
+	uint8		lifetime;		/* DLockLifetime of the lease */
 	bool		stale_rows;		/* head: ended leases may have left rows (set
 								 * for a new head while its database has rows
 								 * left to sweep) */
@@ -150,6 +178,7 @@ extern TimestampTz dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wa
 
 extern void dlock_make_key(DLockKey *key, const char *name, int len);
 extern const char *dlock_mode_name(DLockMode mode);
+extern const char *dlock_lifetime_name(DLockLifetime lifetime);
 extern uint32 dlock_key_hash(const DLockKey *key);
 extern LWLock *dlock_partition_lock(uint32 hash);
 extern void dlock_lock_all_partitions(LWLockMode mode);
@@ -200,6 +229,19 @@ extern void dlock_end_lease(DLockEntry *lease);
 extern void dlock_drop_if_unused(DLockEntry *head);
 extern int64 dlock_next_free_at(DLockEntry *head);
 
+/*
+ * The backend that holds a lease (took or extended it), and for a new grant
+ * its lifetime: a session or transaction lease is bound to that backend.
+ */
+static inline void
+dlock_set_holder(DLockEntry *lease, int pid, const DLockBackend *backend,
+				 DLockLifetime lifetime)
+{
+	lease->holder_pid = pid;
+	lease->holder_backend = *backend;
+	lease->lifetime = lifetime;
+}
+
 /* What an operation asks for: a name, who asks, and the lease wanted */
 typedef struct DLockRequest
 {
@@ -212,6 +254,7 @@ typedef struct DLockRequest
 	bool		durable;		/* a new grant goes to the lease table */
 	DLockMode	mode;
 	int32		permits;		/* 0: a plain lock; else a semaphore's size */
+	DLockLifetime lifetime;		/* of a new grant (not durable unless ttl) */
 } DLockRequest;
 
 #endif							/* DLOCK_ENGINE_H */

@@ -181,7 +181,7 @@ dlock_event_granted(DLockEntry *lease, bool on, int pid)
 const char *
 dlock_event_lifetime(const DLockEntry *lease)
 {
-	return "ttl";
+	return dlock_lifetime_name((DLockLifetime) lease->lifetime);
 }
 
 /* The caller holds the buffer's lock. */

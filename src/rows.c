@@ -728,11 +728,13 @@ dlock_store_list(Tuplestorestate *tupstore, TupleDesc tupdesc)
 	(void) dlock_table_lookup();
 	dlock_table_spi_begin(&saved, false, true);
 	holds = dlock_table_holds();
+	/* a row is a 'ttl' lease's; older SQL has fewer columns */
 	if (SPI_execute(psprintf("SELECT name, owner, token, granted_at, expires_at, role,"
 							 " NULL::int, 0, version, true, mode, permits%s FROM %s%s"
 							 " WHERE expires_at > clock_timestamp()",
 							 tupdesc->natts <= 12 ? "" : holds != NULL ?
-							 ", min_hold, released_at" : ", NULL::interval, NULL::timestamptz",
+							 ", 'ttl'::text, min_hold, released_at" :
+							 ", 'ttl'::text, NULL::interval, NULL::timestamptz",
 							 dlock_lease_table,
 							 holds != NULL ? psprintf(" LEFT JOIN %s USING (name, token)", holds) : ""),
 					true, 0) != SPI_OK_SELECT)

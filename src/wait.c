@@ -149,7 +149,8 @@ dlock_wait_prepare(void)
 void
 dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 			  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-			  TransactionId durable_xid, int64 min_hold)
+			  TransactionId durable_xid, int64 min_hold,
+			  DLockLifetime lifetime, const DLockBackend *backend)
 {
 	DLockWaiter *w = my_slot;
 
@@ -168,6 +169,8 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 	w->roleid = roleid;
 	w->durable_xid = durable_xid;
 	w->mode = mode;
+	w->lifetime = lifetime;
+	w->backend = *backend;
 	w->reserved = reserved;
 	w->events = dlock_events;
 	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
@@ -178,14 +181,20 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 }
 
 /*
- * A due lease ends; one released within its minimum hold ends as the
- * release it was (counted and sent as one only now).
+ * A due lease ends.  One released within its minimum hold ends as the
+ * release it was, counted and sent only now; one whose session or
+ * transaction ended within it, as that end (no counter counts those).
  */
 static void
 end_due_lease(DLockEntry *lease, DLockStat stat)
 {
-	dlock_count(lease->released_at != 0 ? DLOCK_STAT_RELEASES : stat);
-	dlock_event_expired(lease);
+	if (lease->lifetime_ended)
+		dlock_event_ended(lease);
+	else
+	{
+		dlock_count(lease->released_at != 0 ? DLOCK_STAT_RELEASES : stat);
+		dlock_event_expired(lease);
+	}
 	dlock_end_lease(lease);
 }
 
@@ -248,6 +257,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 			break;				/* else not reserved and full: it waits on */
 		}
 		dlock_set_min_hold(lease, w->min_hold, now);
+		dlock_set_holder(lease, w->pid, &w->backend, (DLockLifetime) w->lifetime);
 		dlist_pop_head_node(&head->u.h.waiters);
 		head->nwaiters--;
 		w->reserved = false;
@@ -380,7 +390,7 @@ dlock_end_waits(Oid dbid)
  * returned) and hands the name on.  A lease that other transactions pin
  * (they renewed, extended or fenced it, and their writes may still commit)
  * only stops being its owner's: no conflicting lease is granted until they
- * end.  row_deleted: the lease has no row any more (or never had one).  The
+ * end (a second end of such a lease changes nothing).  row_deleted: the lease has no row any more (or never had one).  The
  * caller holds the partition lock exclusively.
  */
 static void
@@ -391,7 +401,11 @@ give_up(DLockEntry *lease, bool row_deleted, int64 now)
 	if (row_deleted)
 		lease->version = 0;
 	if (lease->pins > 0)
-		dlock_release_pinned(lease, now);
+	{
+		/* its first end counts: a later one must not put off its pinners' */
+		if (!lease->released)
+			dlock_release_pinned(lease, now);
+	}
 	else
 		dlock_end_lease(lease);
 	dlock_settle(head, now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
@@ -780,6 +794,39 @@ dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_dele
 }
 
 /*
+ * Ends a session's or transaction's lease with its session or transaction,
+ * if it still carries token and was not released, as a release does.  Within
+ * its minimum hold it is kept until the hold's end, marked released, as a
+ * release within the hold is; one released within it already stays so.
+ */
+void
+dlock_handoff_end(const DLockKey *key, uint32 hash, uint64 token)
+{
+	DLockEntry *lease;
+	int64		now = dlock_mono_now();
+
+	dlock_wake_init();
+	lease = lock_lease(key, hash, token);
+	if (lease != NULL && !lease->released && lease->released_at == 0)
+	{
+		if (lease->hold_until > now)
+		{
+			dlock_set_expires(lease, Min(lease->hold_until, lease->expires));
+			lease->released_at = GetCurrentTimestamp();
+			lease->lifetime_ended = true;
+			dlock_settle(dlock_head_of(lease), now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
+		}
+		else
+		{
+			dlock_event_ended(lease);
+			give_up(lease, true, now);
+		}
+	}
+	LWLockRelease(dlock_partition_lock(hash));
+	dlock_wake_all();
+}
+
+/*
  * Drops a pin of the lease if it still carries token (a renewal, extension
  * or fence ended with its transaction), and with expires (at commit) moves
  * its expiry, unless it is durable and already has a row version as new as
@@ -802,6 +849,7 @@ dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 			dlock_set_expires(lease, expires);
 			/* a renewal or extension takes back a release within the hold */
 			lease->released_at = 0;
+			lease->lifetime_ended = false;
 			if (lease->durable)
 				lease->version = version;
 		}

@@ -46,6 +46,9 @@ typedef struct DLockWaiter
 	TransactionId durable_xid;	/* durable: the transaction that will write
 								 * the row of the lease granted; else invalid */
 	uint8		mode;			/* DLockMode asked for */
+	uint8		lifetime;		/* DLockLifetime asked for */
+	DLockBackend backend;		/* the waiter's backend, which a session or
+								 * transaction lease granted is bound to */
 	bool		reserved;		/* counted an entry for its lease */
 	bool		events;			/* dlock.events of the waiter */
 	uint64		event_seq;		/* set when granted: its grant event's seq */
@@ -57,7 +60,8 @@ extern void dlock_wait_shmem_init(void);
 
 extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 						  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-						  TransactionId durable_xid, int64 min_hold);
+						  TransactionId durable_xid, int64 min_hold,
+						  DLockLifetime lifetime, const DLockBackend *backend);
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead);
 extern uint64 dlock_sleep(bool holds_pins);
@@ -80,6 +84,7 @@ extern void dlock_wake_all(void);
  * row_deleted: the caller's transaction deleted the lease's row (or took
  * back its insert).
  */
+extern void dlock_handoff_end(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token,
 							   bool row_deleted);
 extern void dlock_handoff_set_expiry(const DLockKey *key, uint32 hash,

@@ -22,6 +22,7 @@
 #include "utils/memutils.h"
 
 #include "events.h"
+#include "lifetime.h"
 #include "wait.h"
 #include "xact.h"
 
@@ -53,6 +54,7 @@ typedef struct DLockOp
 								 * ACQUIRE: the grant wrote a row */
 	bool		clears;			/* ACQUIRE: the grant deleted the rows of the
 								 * name's ended leases */
+	uint8		lifetime;		/* ACQUIRE: DLockLifetime of the grant */
 	int64		expires;		/* RENEW: new expiry; RELEASE: within the
 								 * lease's minimum hold, when it ends (0: at
 								 * once) */
@@ -62,7 +64,6 @@ typedef struct DLockOp
 	bool		forced;			/* RELEASE: by dlock_force_release */
 	uint8		mode;			/* ACQUIRE with events: the lease's mode */
 	uint64		event_seq;		/* ACQUIRE: its grant event's seq; 0: none */
-	const char *lifetime;		/* ACQUIRE with events: the lease's lifetime */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -235,7 +236,10 @@ log_op(DLockOpKind kind, const DLockRequest *req, uint64 token)
 DLockOp    *
 dlock_xact_begin(const DLockRequest *req)
 {
-	return log_op(DLOCK_OP_RENEW, req, 0);
+	DLockOp    *op = log_op(DLOCK_OP_RENEW, req, 0);
+
+	op->lifetime = req->lifetime;
+	return op;
 }
 
 /* The op was not needed (nothing was granted or extended). */
@@ -266,10 +270,9 @@ dlock_xact_granted(DLockOp *op, uint64 token, bool durable)
 
 /* The granted op's event (seq 0: none), sent at commit. */
 void
-dlock_xact_granted_event(DLockOp *op, uint64 seq, const char *lifetime)
+dlock_xact_granted_event(DLockOp *op, uint64 seq)
 {
 	op->event_seq = seq;
-	op->lifetime = lifetime;
 }
 
 /* The granted op also deleted the rows of the name's ended leases. */
@@ -514,6 +517,7 @@ undo_from(int level)
 			break;
 		if (op->kind == DLOCK_OP_ACQUIRE)
 		{
+			/* a grant taken back, of any lifetime: no end of it is sent */
 			dlock_handoff_free(&op->key, op->hash, op->token, true);
 			if (op->event_seq != 0)
 				dlock_events_undone(&op->key, op->token);
@@ -575,6 +579,43 @@ apply_commit(void)
 			}
 		}
 	}
+	/* the transaction's own leases end with it, once it has done the rest */
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->kind == DLOCK_OP_ACQUIRE && op->token != 0 &&
+			op->lifetime == DLOCK_LIFETIME_TRANSACTION)
+			dlock_lifetime_end(&op->key, op->hash, op->token);
+	}
+}
+
+/*
+ * A prepared transaction outlives its session and would keep its
+ * transaction leases with no one to end them: refused, naming one.
+ */
+static void
+refuse_prepare(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->kind == DLOCK_OP_ACQUIRE && op->token != 0 &&
+			op->lifetime == DLOCK_LIFETIME_TRANSACTION)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that holds a dlock lease of lifetime 'transaction'"),
+					 errdetail("It holds lease \"%.*s\", which ends with it; a prepared transaction outlives its session.",
+							   op->key.len, op->key.name),
+					 errhint("End the transaction with COMMIT or ROLLBACK: a transaction that takes dlock leases cannot be prepared.")));
+	}
+	if (ops != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot prepare a transaction that acquired, renewed or released dlock leases")));
 }
 
 /*
@@ -594,7 +635,8 @@ send_events(void)
 			continue;
 		if (op->kind == DLOCK_OP_ACQUIRE && op->event_seq != 0)
 			dlock_events_add_grant(&op->key, &op->owner, op->token, op->event_seq,
-								   (DLockMode) op->mode, op->lifetime);
+								   (DLockMode) op->mode,
+								   dlock_lifetime_name((DLockLifetime) op->lifetime));
 		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL &&
 				 op->expires == 0)
 			dlock_events_add_end(&op->key, op->hash, op->token, op->forced);
@@ -631,10 +673,7 @@ xact_callback(XactEvent event, void *arg)
 			fence_index = NULL;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			if (ops != NIL)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that acquired, renewed or released dlock leases")));
+			refuse_prepare();
 			break;
 		default:
 			break;

@@ -23,8 +23,7 @@ extern void dlock_xact_register(void);
 extern struct DLockOp *dlock_xact_begin(const DLockRequest *req);
 extern void dlock_xact_forget(struct DLockOp *op);
 extern void dlock_xact_granted(struct DLockOp *op, uint64 token, bool durable);
-extern void dlock_xact_granted_event(struct DLockOp *op, uint64 seq,
-									 const char *lifetime);
+extern void dlock_xact_granted_event(struct DLockOp *op, uint64 seq);
 extern void dlock_xact_cleared_rows(struct DLockOp *op);
 extern bool dlock_xact_extended(struct DLockOp *op, const DLockRequest *req,
 								uint64 token, int64 expires);

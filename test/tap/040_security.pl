@@ -136,7 +136,7 @@ for my $f ('dlock_force_release(text)', 'dlock_stats_reset()')
 		'f', "$f is not executable by PUBLIC after CREATE EXTENSION");
 }
 is($node->safe_psql('postgres',
-		"SELECT has_function_privilege('app1', 'dlock_try(text, interval, text, text, integer, interval)', 'EXECUTE')"),
+		"SELECT has_function_privilege('app1', 'dlock_try(text, interval, text, text, integer, text, interval)', 'EXECUTE')"),
 	't', 'dlock_try is executable by PUBLIC');
 
 value_as('postgres', 'app1', "SELECT dlock_try('priv', '1 hour', 'a1')");
@@ -163,7 +163,7 @@ my @denied = (
 	q{TRUNCATE dlock_lease_holds},
 	q{DROP TABLE dlock_lease_holds},
 	q{CREATE OR REPLACE FUNCTION dlock_owner() RETURNS text LANGUAGE sql AS $$SELECT 'x'$$},
-	q{ALTER FUNCTION dlock_try(text, interval, text, text, integer, interval) SECURITY DEFINER},
+	q{ALTER FUNCTION dlock_try(text, interval, text, text, integer, text, interval) SECURITY DEFINER},
 	q{DROP FUNCTION dlock_release(text, text, bigint)},
 	q{CREATE OR REPLACE VIEW dlock_locks AS SELECT 1 AS name},
 	q{DROP VIEW dlock_waiters},
@@ -182,10 +182,10 @@ is(run_as('postgres', 'app1',
 		q{CREATE TRIGGER evil BEFORE INSERT ON dlock_leases FOR EACH ROW EXECUTE FUNCTION public.evil_trigger()}),
 	'42501', 'app role: CREATE TRIGGER on dlock_leases fails with 42501');
 # GRANT and REVOKE by a non-owner only warn: the privileges stay as they were
-run_as('postgres', 'app1', q{REVOKE EXECUTE ON FUNCTION dlock_try(text, interval, text, text, integer, interval) FROM PUBLIC});
+run_as('postgres', 'app1', q{REVOKE EXECUTE ON FUNCTION dlock_try(text, interval, text, text, integer, text, interval) FROM PUBLIC});
 run_as('postgres', 'app1', q{GRANT EXECUTE ON FUNCTION dlock_force_release(text) TO app1});
 is($node->safe_psql('postgres',
-		q{SELECT has_function_privilege('app2', 'dlock_try(text, interval, text, text, integer, interval)', 'EXECUTE')
+		q{SELECT has_function_privilege('app2', 'dlock_try(text, interval, text, text, integer, text, interval)', 'EXECUTE')
 		  AND NOT has_function_privilege('app1', 'dlock_force_release(text)', 'EXECUTE')}),
 	't', 'GRANT and REVOKE by an application role change no privilege of dlock');
 is($node->safe_psql('postgres', 'SELECT name, owner, token, version FROM dlock_leases ORDER BY name'),
@@ -223,7 +223,7 @@ is(run_as('postgres', 'app2', qq{INSERT INTO public.fenced_jobs VALUES (1, $tok)
 is(run_as('postgres', 'app1', qq{INSERT INTO public.fenced_jobs VALUES (1, $tok)}), 'ok',
 	'app1 writing with the token through dlock_fenced succeeds');
 # a forged session owner of another role's session
-is(value_as('postgres', 'app1', q{SELECT dlock_try('job-s') IS NOT NULL}), 't', 'app1 takes job-s with its session owner');
+is(value_as('postgres', 'app1', q{SELECT dlock_try('job-s', lifetime => 'ttl') IS NOT NULL}), 't', 'app1 takes job-s with its session owner');
 my $forged = value_as('postgres', 'app1', q{SELECT owner FROM dlock_locks WHERE name = 'job-s'});
 is(value_as('postgres', 'app2', qq{SELECT dlock_release('job-s', '$forged')}), 'f',
 	'app2 presenting app1\'s session owner string cannot release');
