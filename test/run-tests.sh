@@ -10,7 +10,8 @@
 #       isolation  test/isolation/specs/*.spec (make installcheck, ISOLATION only)
 #       tap        test/tap/*.pl              (make installcheck, TAP only)
 #       suite:*    every executable test/suites/*.sh, one test each, exit
-#                  status 0 = pass (see test/suites/README)
+#                  status 0 = pass (see test/suites/README); as the test
+#                  user, or as root when marked so (ha-smoke: namespaces)
 #     Every suite starts its own throwaway servers; no running server is
 #     needed or touched.
 #  4. the other PostgreSQL versions, each in a Debian root of its own
@@ -310,6 +311,12 @@ run_as_test_user() {
 		"$@" 9>&-)	# the run lock (fd 9) must not live on in servers
 }
 
+# The same, as the user running this script (a suite marked to run as root).
+run_as_self() {
+	local as_test_user=()
+	run_as_test_user "$@"
+}
+
 
 # record <suite> <passed> <failed> <seconds> <failed names...>
 record() {
@@ -441,8 +448,11 @@ run_script_suite() {
 		mkdir -p "$tmpd" && ((${#as_test_user[@]})) && chown "$test_user:" "$tmpd"
 		tmpenv=(TMPDIR="$tmpd")
 	fi
+	# a script with the line "# run-tests: as root" runs as this script's user
+	local runner=run_as_test_user
+	grep -qx '# run-tests: as root' "$scratch/$rel" && runner=run_as_self
 	watchdog_start
-	run_as_test_user env "${tmpenv[@]}" "./$rel" 2>&1 | tee "$log"
+	"$runner" env "${tmpenv[@]}" "./$rel" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
 	s=$(secs "$t0" "$(now)")

@@ -36,6 +36,7 @@ extra=(
 	curl		# test/suites/metrics.sh reads /metrics with it
 	patroni		# test/ha/run.sh (make ha): a three-member Patroni cluster
 	etcd-server	# test/ha/run.sh: Patroni's one-member etcd
+	iproute2	# test/ha/run.sh: ip (veth pairs between network namespaces)
 )
 # make deb and make test-deb: Debian's tooling for PostgreSQL extensions, and
 # debootstrap for the Debian root of each PostgreSQL version (tools/root.sh).

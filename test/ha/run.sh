@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test/ha/run.sh: dlock under a real failover manager (make ha, ~14 min).
+# test/ha/run.sh: dlock under a real failover manager (make ha, ~14 min; its
+# --smoke is part of make test: test/suites/ha-smoke.sh, ~5 min).
 #
 # A one-member etcd (Debian etcd-server) and a three-member Patroni cluster
 # (Debian patroni, PostgreSQL 15, dlock preloaded on every member), under
@@ -23,10 +24,11 @@
 #               (nor they it), then comes back
 # After kill, stop and cut the old primary rejoins as a standby with pg_rewind
 # (use_pg_rewind: true).  Every member runs with dlock.failover_grace = 50 s,
-# above the clients' longest ttl (45 s): a promoted member (any fault, a
-# switchover too) grants no new lease for 50 s; the clients read dlock_grace()
-# after every connect, and the harness waits for the grace's end after every
-# fault, so that each fault's grace is measured alone.  After every fault the harness waits, at most HEAL
+# above the clients' longest ttl (45 s) (--smoke: 15 s and 12 s): a promoted
+# member (any fault, a switchover too) grants no new lease for that long; the
+# clients read dlock_grace() after every connect, and the harness waits for
+# the grace's end after every fault, so that each fault's grace is measured
+# alone.  After every fault the harness waits, at most HEAL
 # seconds, until the cluster has healed (test/ha/heal.py, read from
 # PostgreSQL on every member: one primary, the DCS leader; both others stream
 # from it on its timeline, rewound if need be, and have caught up), else it
@@ -58,7 +60,9 @@
 #   (default)      every fault twice with synchronous_mode off, once with it
 #                  on: 3 of each kind (each fault now lasts its grace too;
 #                  ~14 min)
-#   --smoke        one fault of each kind per replication mode (~10 min)
+#   --smoke        one fault of each kind per replication mode, with
+#                  dlock.failover_grace 15 s and client ttls 4 s and 12 s
+#                  (~5 min; make test runs it: test/suites/ha-smoke.sh)
 #   --two-holders  the focused scenario of issue 28 (~2 min): the leader's
 #                  walsenders stop (SIGSTOP), c1 takes a lease for 45 s on
 #                  the leader, the leader is killed, Patroni promotes a
@@ -70,15 +74,27 @@ set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mode=full
-GRACE=50	# dlock.failover_grace in seconds, above the clients' longest ttl (45 s)
+grace=1
 for arg in "$@"; do
 	case "$arg" in
 		--smoke) mode=smoke ;;
 		--two-holders) mode=two-holders ;;
-		--no-grace) GRACE=0 ;;
+		--no-grace) grace=0 ;;
 		*) echo "usage: $0 [--smoke | --two-holders] [--no-grace]" >&2; exit 2 ;;
 	esac
 done
+# dlock.failover_grace in seconds, above the clients' longest ttl (LONG_TTL).
+# The smoke's are shorter, so each fault is: its grace must still outlast a
+# stop (TTL + 8 s) counted from the promotion (at least TTL - LOOP_WAIT after
+# the SIGSTOP), so that a thawed leader that takes the leader key back (the
+# Patroni 3.0.2 bug above) does so while the member just promoted has granted
+# no new lease: 15 s leaves at least 6 s
+if [[ $mode == smoke ]]; then
+	GRACE=15 LONG_TTL=12
+else
+	GRACE=50 LONG_TTL=45
+fi
+((grace)) || GRACE=0
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "ha: must run as root (it makes network namespaces)" >&2
@@ -93,7 +109,8 @@ fi
 # Debian's python3 (psycopg, Patroni), not another found first in PATH
 export PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH
 D=${DLOCK_HA_DIR:-$top/test/tmp/ha}
-BIN=$(pg_config --bindir)
+PG_CONFIG=${PG_CONFIG:-pg_config}
+BIN=$("$PG_CONFIG" --bindir)
 TTL=20 LOOP_WAIT=1 RETRY_TIMEOUT=4	# Patroni's minimums: ttl 20, loop_wait 1, retry_timeout 3
 HEAL=90	# seconds a fault's aftermath may take to heal
 NAMES=(a b c)
@@ -284,8 +301,8 @@ CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON ha_b FOR EACH ROW EXE
 CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON ha_c FOR EACH ROW EXECUTE FUNCTION dlock_fenced('c', 'token');
 SQL
 
-gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I"$(pg_config --includedir)" \
-	-o "$D/client" "$top/test/ha/client.c" -L"$(pg_config --libdir)" -lpq || die "client build"
+gcc -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I"$("$PG_CONFIG" --includedir)" \
+	-o "$D/client" "$top/test/ha/client.c" -L"$("$PG_CONFIG" --libdir)" -lpq || die "client build"
 
 # ------------------------------------------------------------ faults
 set_sync() {
@@ -381,7 +398,7 @@ start_clients() {
 	local secs=$1 i ttl
 	for ((i = 1; i <= NCLIENTS; i++)); do
 		# half churn short leases, half hold leases longer than a failover
-		if ((i <= NCLIENTS / 2)); then ttl=4; else ttl=45; fi
+		if ((i <= NCLIENTS / 2)); then ttl=4; else ttl=$LONG_TTL; fi
 		setsid "$D/client" "$i" "$conninfo" "$D/history.c$i" "$secs" "$ttl" "${NAMES[@]}" 2>>"$D/clients.err" &
 		client_pids+=($!)
 		echo "c$i $ttl" >>"$D/clients"
@@ -431,7 +448,7 @@ case $mode in
 	smoke) rounds_false=1 rounds_true=1 ;;
 	two-holders) rounds_false=0 rounds_true=0 ;;
 esac
-log "dlock.failover_grace: ${GRACE}s"
+log "mode $mode; dlock.failover_grace: ${GRACE}s; client ttls 4 s and $LONG_TTL s"
 
 if [[ $mode == two-holders ]]; then
 	two_holders
