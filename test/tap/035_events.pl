@@ -8,7 +8,8 @@
 # its grant, in its transaction), and by the commit of a grant whose lease
 # ended before it (after its grant, or never if it rolls back), and nothing
 # for a lease granted with events off; a release within a minimum hold sent
-# when the hold ends.  seq grows on every name.
+# when the hold ends; "ended" for session and transaction leases (within a
+# minimum hold: when the hold ends).  seq grows on every name.
 #
 # (Not an isolation spec: isolationtester prints payloads verbatim, and
 # tokens differ on every run.)
@@ -275,6 +276,39 @@ my ($rel1, $exp1) = split / /, $node->safe_psql('postgres', $stats);
 is($rel1 - $rel0, 1, 'counted as one release');
 is($exp1 - $exp0, 0, 'and not as an expiry');
 no_more('hold');
+
+# --- leases that end with their session or transaction: "ended", with
+# their lifetime in the payload
+my $d = session('on');
+$d->query_safe(q{SELECT dlock_try('sess', '1 hour', 'd', lifetime => 'session')});
+@ev = next_events(1);
+is(summary(@ev) . " $ev[0]->{lifetime}", 'granted:sess:d session', 'a session lease\'s grant');
+$d->quit;
+@ev = next_events(1);
+is(summary(@ev) . " $ev[0]->{lifetime}", 'ended:sess:d session', 'ended when its session ends');
+seq_grows('session', @ev);
+$a->query_safe(q{BEGIN; SELECT dlock_try('tx', '1 hour', 'a', lifetime => 'transaction'); COMMIT});
+@ev = next_events(2);
+is(summary(@ev), 'granted:tx:a ended:tx:a', 'a transaction lease: granted, then ended at its commit');
+is($ev[1]->{lifetime}, 'transaction', 'its lifetime');
+seq_grows('transaction', @ev);
+$a->query_safe(q{BEGIN; SELECT dlock_try('txrb', '1 hour', 'a', lifetime => 'transaction'); ROLLBACK});
+no_more('a rolled-back transaction lease');
+
+# within a minimum hold, the end of the session keeps the lease until the
+# hold's end, then sends "ended"
+$d = session('on');
+$d->query_safe(q{SELECT dlock_try('sh', '1 hour', 'd', lifetime => 'session', min_hold => '1 second')});
+is(summary(next_events(1)), 'granted:sh:d', 'a session lease with a minimum hold');
+$d->quit;
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM dlock_locks WHERE name = 'sh' AND released_at IS NOT NULL})
+  or fail('the session lease is kept, marked released, after its session ended within the hold');
+no_more('a session end within the hold');
+@ev = next_events(1);
+is(summary(@ev), 'ended:sh:d', 'ended when the hold ends');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock_locks WHERE name = 'sh'}), '0',
+	'and gone');
 
 $_->quit for ($a, $b, $c, $listener);
 $node->stop;
