@@ -60,12 +60,17 @@ T_START=$(date +%s)
 # ---------------------------------------------------------------------------
 UNCONTENDED=(
   "dlock_durable|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default)"
+  "dlock_durable_events|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.events=on|as dlock_durable, with change events (dlock.events = on: a NOTIFY at each commit)"
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
   "dlock_mem|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
+  "dlock_mem_events|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off -c dlock.events=on|as dlock_mem, with change events (dlock.events = on: a NOTIFY at each commit)"
+  "notify_mem|pgbench|notify_mem.sql|setup_dlock|-c dlock.durable=off|as dlock_mem (events off) plus a plain pg_notify in each of its two transactions: NOTIFY's own cost"
   "pg_floor|pgbench|floor.sql|-|-|SELECT \$1 twice: no lock at all, the ceiling of any two-statement cycle in PostgreSQL"
   "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
+  "dlock_session|pgbench|dlock_session.sql|setup_dlock|-|dlock_try(lifetime => 'session') + dlock_release: memory-only whatever dlock.durable says"
   "dlock_shared|pgbench|dlock_shared.sql|setup_dlock|-c dlock.durable=off|dlock_try(mode => 'shared') + dlock_release, memory-only"
   "advisory_xact|pgbench|advisory_xact.sql|-|-|BEGIN; pg_try_advisory_xact_lock; COMMIT"
+  "dlock_xact|pgbench|dlock_xact.sql|setup_dlock|-|BEGIN; dlock_try(lifetime => 'transaction'); COMMIT (the lease ends with the transaction)"
   "lease_unlogged|pgbench|lease.sql|setup_lease unlogged|-|lease table, UNLOGGED: INSERT .. ON CONFLICT; DELETE"
   "redis|redis|-|-|-|Redis SET NX PX 30000 + EVAL compare-and-delete"
 )
@@ -77,6 +82,17 @@ HOT=(
   "hot_lease_logged|pgbench|hot_lease.sql|setup_lease logged|-|lease table (logged) row 'hot'; DELETE if granted|DELETE FROM lease%"
   "hot_advisory|pgbench|hot_advisory.sql|-|-|pg_try_advisory_lock(7); unlock if granted|%pg_advisory_unlock%"
   # "hot_redis|redis|-K hot|-|-|Redis SET hot NX PX; EVAL compare-and-delete if granted|"
+)
+# Ratios with a target (issue 29: lifetimes and change events), reported on
+# their own: numerator | denominator | target (minimum ratio) | what it says
+GOALS=(
+  "dlock_session|advisory|0.95|a session lease against a session advisory lock"
+  "dlock_xact|advisory_xact|0.95|a transaction lease against pg_try_advisory_xact_lock"
+  "dlock_session|dlock_mem|0.95|a session lease at memory mode's speed"
+  "dlock_xact|dlock_mem|-|a transaction lease against memory mode (3 round trips against 2: no target)"
+  "dlock_mem_events|dlock_mem|0.90|events on against off, memory-only cycles (at most 10 % slower)"
+  "dlock_durable_events|dlock_durable|-|events on against off, durable cycles"
+  "dlock_mem_events|notify_mem|-|events against one plain pg_notify per transaction"
 )
 # Lock kinds of the handoff test (modes of handoff.c).
 HANDOFF_MODES=${HANDOFF_MODES:-dlock_mem,dlock_durable,advisory}
@@ -766,6 +782,32 @@ REPORT="$TMP/out/RESULTS.md"
   echo "dlock's release does not wait for its flush, the table's DELETE does); dlock_mem against advisory locks,"
   echo "lease_unlogged and this Redis (none of which keeps a lock through a crash)."
   echo
+  goal_rows=()
+  for g in "${GOALS[@]}"; do
+    selected "$(field "$g" 1)" && selected "$(field "$g" 2)" && goal_rows+=("$g")
+  done
+  if [ "${#goal_rows[@]}" -gt 0 ]; then
+    echo "### Lifetimes and change events against their targets"
+    echo
+    printf '| ratio | target |'; for c in $CLIENTS; do printf ' %s client%s |' "$c" "$(plural "$c")"; done; echo " |"
+    printf '|---|---:|'; for _ in $CLIENTS; do printf -- '---:|'; done; echo "---|"
+    for g in "${goal_rows[@]}"; do
+      a=$(field "$g" 1); b=$(field "$g" 2); t=$(field "$g" 3)
+      printf '| %s ÷ %s | %s |' "$a" "$b" "$([ "$t" = - ] && echo - || echo "≥ $t")"
+      for c in $CLIENTS; do
+        r=$(paired_ratio "$a" "$b" "$c")
+        # met when the median of the per-repeat ratios reaches the target
+        m=$(echo "$r" | awk -v t="$t" '{ sub(/×.*/, "", $1) } t != "-" && $1 != "n/a" { print ($1 + 0 >= t ? " (met)" : " (**not met**)") }')
+        printf ' %s%s |' "$r" "$m"
+      done
+      echo " $(field "$g" 4) |"
+    done
+    echo
+    echo "Every run here follows the smoke test, which runs the events workloads: so the runs with events off ran on"
+    echo "a server where some leases had had events (dlock's flag \"events in use\" is set until a restart), the slower"
+    echo "of the two ways events off can run (see docs/benchmarks.md)."
+    echo
+  fi
   echo "### WAL flushes and WAL bytes per cycle"
   echo
   echo "From pg_stat_wal, reset before each run (after its CHECKPOINT) and read once the run's backends have exited;"
