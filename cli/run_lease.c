@@ -44,6 +44,9 @@ renew_once(RunState *st, ms_t deadline)
 	ms_t		sent;
 	RenewStatus result;
 
+	/* a session lease lived on the connection that is gone */
+	if (conn == NULL && st->session)
+		return RENEW_FAILED;
 	if (conn == NULL && !connect_db(deadline))
 		return io_abandoned() ? RENEW_ABANDONED : RENEW_FAILED;
 
@@ -281,7 +284,7 @@ connect_for_acquire(RunState *st, Acquire *aq)
 static QStatus
 send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 {
-	const char *vals[7];
+	const char *vals[8];
 	char		timeout_text[64];
 	ms_t		deadline = NEVER;
 	const char *sql;
@@ -316,11 +319,13 @@ send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 		vals[5] = st->lease_permits;
 		nparams = 6;
 	}
-	/* without --at-least, the query an extension before 1.2 has too */
-	if (aq->min_hold_text[0] != '\0')
+	/* without --at-least and --lifetime, the query an extension before 1.2 has too */
+	if (aq->min_hold_text[0] != '\0' || st->lease_lifetime != NULL)
 	{
-		sql = queries[aq->nowait ? SQL_TRY_HOLD : SQL_ACQUIRE_HOLD];
-		vals[nparams++] = aq->min_hold_text;
+		require_version(1, 2, st->lease_lifetime != NULL ? "--lifetime" : "--at-least");
+		sql = queries[aq->nowait ? SQL_TRY_12 : SQL_ACQUIRE_12];
+		vals[nparams++] = st->lease_lifetime;
+		vals[nparams++] = aq->min_hold_text[0] != '\0' ? aq->min_hold_text : NULL;
 	}
 	note_backend(st, PQbackendPID(conn));
 	*sent = now_ms();
@@ -334,6 +339,17 @@ send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 static void
 retry_after_loss(RunState *st, Acquire *aq)
 {
+	/*
+	 * A session lease granted to the lost connection's backend ends when that
+	 * backend notices; asked again before then, the server would extend that
+	 * lease, still bound to the dying backend, instead of granting one to ours.
+	 */
+	if (st->session)
+	{
+		msg("lost the connection while taking %s (%s); a session lease is not asked for again",
+			st->lease_name, last_error);
+		exit(EXIT_CONN);
+	}
 	if (aq->retry_until == 0)
 		aq->retry_until = now_ms() + RECONNECT_WINDOW_MS;
 	if (now_ms() >= aq->retry_until)

@@ -30,6 +30,9 @@ char		last_error[1024];
 /* whether the extension's schema is known (and the queries built) */
 static bool have_schema = false;
 
+/* the extension's version in the database, as installed (e.g. "1.2") */
+static char ext_version[32];
+
 /*
  * Copies a libpq message into buf as one line: no trailing newline, and
  * newlines and tabs turned into single spaces.
@@ -328,7 +331,7 @@ is_argument_error(PGresult *res)
 
 /* the extension's schema, quoted as an identifier */
 static const char *const sql_schema =
-"SELECT pg_catalog.quote_ident(n.nspname)"
+"SELECT pg_catalog.quote_ident(n.nspname), e.extversion"
 " FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n"
 " ON n.oid" OP("=") "e.extnamespace WHERE e.extname" OP("=") "'dlock'";
 
@@ -338,11 +341,12 @@ static const char *const sql_templates[NUM_SQL] = {
 	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer)",
 	[SQL_ACQUIRE] =
 	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)",
-	[SQL_TRY_HOLD] =
-	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer, min_hold => $6::interval)",
-	[SQL_ACQUIRE_HOLD] =
+	[SQL_TRY_12] =
+	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer,"
+	" lifetime => $6, min_hold => $7::interval)",
+	[SQL_ACQUIRE_12] =
 	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer,"
-	" min_hold => $7::interval)",
+	" lifetime => $7, min_hold => $8::interval)",
 	[SQL_RENEW] =
 	"SELECT @.dlock_renew($1, $2::interval, $3)",
 	[SQL_RELEASE] =
@@ -439,10 +443,30 @@ find_schema(ms_t deadline)
 		}
 		*out = '\0';
 	}
-	vmsg("the dlock extension is in schema %s", schema);
+	snprintf(ext_version, sizeof(ext_version), "%s", PQgetvalue(res, 0, 1));
+	vmsg("the dlock extension %s is in schema %s", ext_version, schema);
 	PQclear(res);
 	have_schema = true;
 	return true;
+}
+
+/*
+ * Exits (EXIT_SERVER) unless the extension in the database, as installed, is
+ * at least major.minor: what is an option that needs its newer SQL.
+ * Called once connected.
+ */
+void
+require_version(int major, int minor, const char *what)
+{
+	int			ma = 0;
+	int			mi = 0;
+
+	if (sscanf(ext_version, "%d.%d", &ma, &mi) == 2 &&
+		(ma > major || (ma == major && mi >= minor)))
+		return;
+	msg("%s needs version %d.%d of the dlock extension; database \"%s\" has %s (ALTER EXTENSION dlock UPDATE)",
+		what, major, minor, PQdb(conn), ext_version);
+	exit(EXIT_SERVER);
 }
 
 /* Tells who holds a busy name (best effort, for the message). */
