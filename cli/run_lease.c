@@ -135,14 +135,17 @@ note_backend(RunState *st, int pid)
 
 /*
  * After an interrupted wait: releases the lease the server may have granted
- * to one of our calls just before we stopped reading its answer.  That lease
- * is the one on our name and owner whose pid is one of those backends
- * (dlock_locks.pid is the backend that took it).  Such a backend ends as
- * soon as it sees our connection closed: a waiter leaves the queue (and
- * gives back a grant it got meanwhile), a granted call returns and finds no
- * client.  Once those backends are gone nothing more can be granted to
- * them, so wait for that, then release by token.  A lease of the same owner
- * that was taken elsewhere (another process, "dlock try") is left alone.
+ * to one of our calls just before we stopped reading its answer.  Such a
+ * backend ends as soon as it sees our connection closed: a waiter leaves the
+ * queue (and gives back a grant it got meanwhile), a granted call returns and
+ * finds no client.  Once those backends are gone nothing more can be granted
+ * to them, so wait for that.  The lease to release is then the one on our
+ * name and owner granted (granted_at, on the server's clock) after our first
+ * connection and before the server saw our backends gone, whose pid is NULL
+ * (a ttl lease's pid is hidden once its backend exits) or one of our
+ * backends.  A lease of the same owner taken elsewhere is left alone: one
+ * granted before we started (an extension by our call keeps its granted_at),
+ * or held by another process's running backend.
  */
 static void
 release_unseen_grant(RunState *st)
@@ -150,7 +153,8 @@ release_unseen_grant(RunState *st)
 	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
 	char		pids[MAX_SENT_PIDS * 12 + 3];
 	char	   *p = pids;
-	const char *vals[3];
+	char		seen_gone[40];
+	const char *vals[5];
 	PGresult   *res;
 	char		token[32];
 
@@ -169,8 +173,13 @@ release_unseen_grant(RunState *st)
 		vals[0] = pids;
 		if (run_query(queries[SQL_BACKENDS_LEFT], 1, vals, deadline, &res) != Q_OK)
 			goto failed;
-		running = PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
-			strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		{
+			PQclear(res);
+			goto failed;
+		}
+		running = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+		snprintf(seen_gone, sizeof(seen_gone), "%s", PQgetvalue(res, 0, 1));
 		PQclear(res);
 		if (!running)
 			break;
@@ -189,7 +198,9 @@ release_unseen_grant(RunState *st)
 	vals[0] = st->lease_name;
 	vals[1] = st->lease_owner;
 	vals[2] = pids;
-	if (run_query(queries[SQL_GRANTED_TO], 3, vals, deadline, &res) != Q_OK)
+	vals[3] = first_server_clock;
+	vals[4] = seen_gone;
+	if (run_query(queries[SQL_GRANTED_TO], 5, vals, deadline, &res) != Q_OK)
 		goto failed;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) == 0)
 	{
@@ -211,7 +222,8 @@ failed:
 /*
  * Exits after an interrupted wait.  Releases the lease we took: by its
  * token if we read it, else the one granted to our backends, if any; never
- * another lease of the same owner.
+ * another lease of the same owner.  A session lease granted to our backend
+ * ends with it (or stays released within its minimum hold): nothing to do.
  */
 void
 exit_interrupted(RunState *st)
@@ -228,7 +240,7 @@ exit_interrupted(RunState *st)
 			msg("cannot release %s (%s); it ends by itself within its TTL",
 				st->lease_name, last_error);
 	}
-	else if (st->nsent_pids > 0)
+	else if (st->nsent_pids > 0 && !st->session)
 		release_unseen_grant(st);
 	close_conn();
 	exit(128 + sig);

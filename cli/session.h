@@ -22,6 +22,12 @@ extern PGconn *conn;
 /* last connection or query error, for messages */
 extern char last_error[1024];
 
+/*
+ * The server's clock (epoch seconds, as text) on the first connection, before
+ * any call of ours: what granted_at of a lease we took is not before.
+ */
+extern char first_server_clock[40];
+
 typedef enum
 {
 	Q_OK,						/* *res is the result, possibly an error */

@@ -620,6 +620,57 @@ wait_bg "$dp" 10 "dlock run after SIGTERM and SIGCONT"
 	fail "the grant dlock did not read was not released: $(sql "SELECT owner, token FROM dlock_locks WHERE name = 'unseen'")"
 ok "SIGTERM with a grant not yet read: exit 143, that lease released"
 
+# ... but a lease of the same owner granted before dlock run started is not
+# released, even when dlock's backend extended it (its pid is then dlock's
+# backend, and NULL once that has exited) and dlock did not read the answer.
+# psql takes it in a transaction left open, so dlock's dlock_acquire (an
+# extension of a durable lease being granted) waits for that transaction;
+# dlock is stopped, psql commits, dlock's backend extends the lease and
+# answers, and SIGTERM comes before dlock reads the answer.
+rm -f "$tmp/ran" "$tmp/ue.go"
+cat >"$tmp/ue.sql" <<SQL
+BEGIN;
+SELECT dlock_try('unseen-ext', '60s', 'ue-owner');
+\! for i in \$(seq 500); do [ -e '$tmp/ue.go' ] && break; sleep 0.02; done
+COMMIT;
+SQL
+PGOPTIONS='-c statement_timeout=20s' "$bindir/psql" -X -q -t -A -v ON_ERROR_STOP=1 \
+	-f "$tmp/ue.sql" >"$tmp/ue.psql" 2>&1 &
+psql_pid=$!
+bg_pids+=($psql_pid)
+wait_held unseen-ext 5000
+"${dfl[@]}" "$dlock" run --owner ue-owner unseen-ext -- touch "$tmp/ran" 2>"$tmp/ue.err" &
+dp=$!
+bg_pids+=($dp)
+# dlock's backend waits for psql's transaction (a lock wait), then answers
+ue_state() {
+	sql "SELECT state || ' ' || coalesce(wait_event_type, '-') FROM pg_stat_activity WHERE application_name = 'dlock'"
+}
+deadline=$(($(now) + 5000))
+until [ "$(ue_state)" = "active Lock" ]; do
+	(($(now) < deadline)) || fail "dlock run's extension did not wait for the granting transaction: $(ue_state)"
+	sleep 0.02
+done
+kill -STOP "$dp"
+touch "$tmp/ue.go"
+wait_bg "$psql_pid" 20 "psql granting unseen-ext"
+[ "$rc" = 0 ] || fail "psql granting unseen-ext: exit status $rc: $(cat "$tmp/ue.psql")"
+ue_token=$(head -n 1 "$tmp/ue.psql")
+deadline=$(($(now) + 5000))
+until [ "$(ue_state)" = "idle Client" ]; do
+	(($(now) < deadline)) || fail "dlock run's extension did not return: $(ue_state)"
+	sleep 0.02
+done
+kill -TERM "$dp"
+kill -CONT "$dp"
+wait_bg "$dp" 10 "dlock run after SIGTERM and SIGCONT (extension)"
+[ "$rc" = 143 ] || fail "SIGTERM with an unread extension: exit status $rc, expected 143; stderr: $(cat "$tmp/ue.err")"
+[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM"
+[ "$(sql "SELECT owner || ' ' || token FROM dlock_locks WHERE name = 'unseen-ext'")" = "ue-owner $ue_token" ] ||
+	fail "an interrupted dlock run released the same owner's earlier lease: $(sql "SELECT owner, token FROM dlock_locks WHERE name = 'unseen-ext'")"
+dl release --owner ue-owner unseen-ext
+ok "SIGTERM with an unread extension of an earlier lease: exit 143, that lease kept"
+
 # ---------------------------------------------------------------- --lifetime session
 # A session lease ends with dlock's connection: SIGKILL of dlock run itself
 # (not only of its command) frees the name at once, and a queued waiter runs
