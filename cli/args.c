@@ -88,7 +88,8 @@ usage(FILE *f)
 			"\n"
 			"Usage:\n"
 			"  dlock [OPTION]... run [--ttl DUR] [--timeout DUR | --no-wait] [--grace DUR]\n"
-			"                        [--at-least DUR] [--shared | --permits N]\n"
+			"                        [--at-least DUR] [--lifetime ttl|session]\n"
+			"                        [--shared | --permits N]\n"
 			"                        [--owner OWNER] NAME -- COMMAND [ARG]...\n"
 			"  dlock [OPTION]... try [--ttl DUR] [--shared | --permits N] [--owner OWNER] NAME\n"
 			"  dlock [OPTION]... release --owner OWNER [--token TOKEN] NAME\n"
@@ -126,6 +127,10 @@ usage(FILE *f)
 			"  --at-least=DUR         run: keep the lease at least DUR from its grant, even if\n"
 			"                         COMMAND ends sooner (at most the TTL): with --no-wait, a\n"
 			"                         job started on several hosts within DUR runs once\n"
+			"  --lifetime=LIFETIME    run: ttl (default: the lease outlives a lost connection,\n"
+			"                         and a killed dlock, until its TTL) or session (it ends\n"
+			"                         with dlock's connection: a killed dlock frees NAME at\n"
+			"                         once, and a lost connection loses the lease)\n"
 			"  --shared               run, try: a shared lease (others may hold shared ones too)\n"
 			"  --permits=N            run, try: one of N permits of a semaphore (at most N hold\n"
 			"                         NAME at once; every holder must give the same N)\n"
@@ -205,6 +210,21 @@ duration_arg(const char *opt, const char *val)
 	return ms;
 }
 
+/*
+ * --lifetime: ttl or session.  A transaction lease would end with the
+ * statement that takes it (dlock's calls run in autocommit), before COMMAND
+ * starts.
+ */
+static void
+lifetime_arg(Args *a, const char *val)
+{
+	if (strcmp(val, "transaction") == 0)
+		usage_error("--lifetime transaction is refused: the lease would end with the statement that takes it (dlock's calls run in autocommit), before COMMAND starts; use ttl or session");
+	if (strcmp(val, "ttl") != 0 && strcmp(val, "session") != 0)
+		usage_error("invalid --lifetime: \"%s\" (ttl or session)", val);
+	a->lifetime = val;
+}
+
 static char *
 default_owner(const char *kind)
 {
@@ -227,6 +247,7 @@ enum
 	OPT_NOWAIT,
 	OPT_GRACE,
 	OPT_AT_LEAST,
+	OPT_LIFETIME,
 	OPT_OWNER,
 	OPT_TOKEN,
 	OPT_SHARED,
@@ -254,6 +275,7 @@ static const struct option subcommand_options[] = {
 	{"no-wait", no_argument, NULL, OPT_NOWAIT},
 	{"grace", required_argument, NULL, OPT_GRACE},
 	{"at-least", required_argument, NULL, OPT_AT_LEAST},
+	{"lifetime", required_argument, NULL, OPT_LIFETIME},
 	{"owner", required_argument, NULL, OPT_OWNER},
 	{"token", required_argument, NULL, OPT_TOKEN},
 	{"shared", no_argument, NULL, OPT_SHARED},
@@ -321,6 +343,9 @@ read_options(int argc, char **argv, const char *optstring,
 				a->at_least_ms = duration_arg("at-least", optarg);
 				given->at_least = true;
 				break;
+			case OPT_LIFETIME:
+				lifetime_arg(a, optarg);
+				break;
 			case OPT_OWNER:
 				a->owner = optarg;
 				break;
@@ -386,6 +411,9 @@ check_options(const char *sub, const Args *a, const Given *given, int dashdash)
 	if (strcmp(sub, "run") != 0 &&
 		(given->timeout || a->nowait || given->grace || given->at_least))
 		usage_error("--timeout, --no-wait, --grace and --at-least are options of run");
+	/* try's session would end as it exits, taking the lease with it */
+	if (strcmp(sub, "run") != 0 && a->lifetime != NULL)
+		usage_error("--lifetime is an option of run (a lease that dlock try takes must outlive it)");
 	if (strcmp(sub, "run") != 0 && strcmp(sub, "try") != 0 && given->ttl)
 		usage_error("--ttl is an option of run and try");
 	if (strcmp(sub, "release") != 0 && a->token != NULL)

@@ -31,6 +31,7 @@ typedef struct
 	ms_t		ttl_ms;			/* run, try */
 	ms_t		grace_ms;		/* run */
 	ms_t		at_least_ms;	/* run: minimum hold (min_hold); 0: none */
+	const char *lifetime;		/* run: "ttl" or "session"; NULL: not given */
 	ms_t		timeout_ms;		/* run: -1 waits until granted */
 	bool		nowait;			/* run */
 	char	  **argv;			/* run: the command and its arguments */

@@ -18,8 +18,10 @@
  *	  expiry): the group (and every process that left it, see run_child.c)
  *	  gets SIGTERM at once and SIGKILL --grace later.
  *	- A renewal that fails (connection lost, server restarting, error) is
- *	  retried with a short backoff, reconnecting as needed, because a lease
- *	  belongs to an owner string, not to a connection.  If no renewal has
+ *	  retried with a short backoff, reconnecting as needed, because a ttl
+ *	  lease belongs to an owner string, not to a connection.  A session lease
+ *	  (--lifetime session) ends with its connection: once that is gone, the
+ *	  lease is lost as if the server had said so.  If no renewal has
  *	  succeeded by deadline - margin - grace, the group gets SIGTERM, and
  *	  SIGKILL at deadline - margin, so the command is dead before the server
  *	  can give the name to anyone else.
@@ -38,6 +40,7 @@
  *
  * Copyright: the dlock authors; same licence as the extension.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -97,6 +100,8 @@ init_state(RunState *st, const Args *a)
 	st->lease_mode = a->mode;
 	st->lease_permits = a->permits;
 	st->at_least_ms = a->at_least_ms;
+	st->lease_lifetime = a->lifetime;
+	st->session = a->lifetime != NULL && strcmp(a->lifetime, "session") == 0;
 	st->ttl_ms = a->ttl_ms;
 	st->grace_ms = a->grace_ms;
 	st->margin_ms = min_ms(MAX_MARGIN_MS, st->ttl_ms / 10);
@@ -134,6 +139,17 @@ renew(RunState *st, Renewal *rn)
 			break;
 		case RENEW_FAILED:
 			now = now_ms();
+			/* a session lease ends with its connection: no renewal can save it */
+			if (st->session && conn == NULL)
+			{
+				char		why[1200];
+
+				snprintf(why, sizeof(why),
+						 "lease lost: the connection its session lease lived on is gone (%s)",
+						 last_error);
+				declare_lost(st, now + st->grace_ms, why);
+				break;
+			}
 			if (rn->failures == 0 || verbose)
 				msg("cannot renew the lease (%s); retrying, SIGTERM to the command in %s unless a renewal succeeds",
 					last_error, fmt_ms(term_deadline(st) - now, b, sizeof(b)));

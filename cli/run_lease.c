@@ -44,6 +44,9 @@ renew_once(RunState *st, ms_t deadline)
 	ms_t		sent;
 	RenewStatus result;
 
+	/* a session lease lived on the connection that is gone */
+	if (conn == NULL && st->session)
+		return RENEW_FAILED;
 	if (conn == NULL && !connect_db(deadline))
 		return io_abandoned() ? RENEW_ABANDONED : RENEW_FAILED;
 
@@ -132,14 +135,17 @@ note_backend(RunState *st, int pid)
 
 /*
  * After an interrupted wait: releases the lease the server may have granted
- * to one of our calls just before we stopped reading its answer.  That lease
- * is the one on our name and owner whose pid is one of those backends
- * (dlock_locks.pid is the backend that took it).  Such a backend ends as
- * soon as it sees our connection closed: a waiter leaves the queue (and
- * gives back a grant it got meanwhile), a granted call returns and finds no
- * client.  Once those backends are gone nothing more can be granted to
- * them, so wait for that, then release by token.  A lease of the same owner
- * that was taken elsewhere (another process, "dlock try") is left alone.
+ * to one of our calls just before we stopped reading its answer.  Such a
+ * backend ends as soon as it sees our connection closed: a waiter leaves the
+ * queue (and gives back a grant it got meanwhile), a granted call returns and
+ * finds no client.  Once those backends are gone nothing more can be granted
+ * to them, so wait for that.  The lease to release is then the one on our
+ * name and owner granted (granted_at, on the server's clock) after our first
+ * connection and before the server saw our backends gone, whose pid is NULL
+ * (a ttl lease's pid is hidden once its backend exits) or one of our
+ * backends.  A lease of the same owner taken elsewhere is left alone: one
+ * granted before we started (an extension by our call keeps its granted_at),
+ * or held by another process's running backend.
  */
 static void
 release_unseen_grant(RunState *st)
@@ -147,7 +153,8 @@ release_unseen_grant(RunState *st)
 	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
 	char		pids[MAX_SENT_PIDS * 12 + 3];
 	char	   *p = pids;
-	const char *vals[3];
+	char		seen_gone[40];
+	const char *vals[5];
 	PGresult   *res;
 	char		token[32];
 
@@ -166,8 +173,13 @@ release_unseen_grant(RunState *st)
 		vals[0] = pids;
 		if (run_query(queries[SQL_BACKENDS_LEFT], 1, vals, deadline, &res) != Q_OK)
 			goto failed;
-		running = PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
-			strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		{
+			PQclear(res);
+			goto failed;
+		}
+		running = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+		snprintf(seen_gone, sizeof(seen_gone), "%s", PQgetvalue(res, 0, 1));
 		PQclear(res);
 		if (!running)
 			break;
@@ -186,7 +198,9 @@ release_unseen_grant(RunState *st)
 	vals[0] = st->lease_name;
 	vals[1] = st->lease_owner;
 	vals[2] = pids;
-	if (run_query(queries[SQL_GRANTED_TO], 3, vals, deadline, &res) != Q_OK)
+	vals[3] = first_server_clock;
+	vals[4] = seen_gone;
+	if (run_query(queries[SQL_GRANTED_TO], 5, vals, deadline, &res) != Q_OK)
 		goto failed;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) == 0)
 	{
@@ -208,7 +222,8 @@ failed:
 /*
  * Exits after an interrupted wait.  Releases the lease we took: by its
  * token if we read it, else the one granted to our backends, if any; never
- * another lease of the same owner.
+ * another lease of the same owner.  A session lease granted to our backend
+ * ends with it (or stays released within its minimum hold): nothing to do.
  */
 void
 exit_interrupted(RunState *st)
@@ -225,7 +240,7 @@ exit_interrupted(RunState *st)
 			msg("cannot release %s (%s); it ends by itself within its TTL",
 				st->lease_name, last_error);
 	}
-	else if (st->nsent_pids > 0)
+	else if (st->nsent_pids > 0 && !st->session)
 		release_unseen_grant(st);
 	close_conn();
 	exit(128 + sig);
@@ -281,7 +296,7 @@ connect_for_acquire(RunState *st, Acquire *aq)
 static QStatus
 send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 {
-	const char *vals[7];
+	const char *vals[8];
 	char		timeout_text[64];
 	ms_t		deadline = NEVER;
 	const char *sql;
@@ -316,11 +331,13 @@ send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 		vals[5] = st->lease_permits;
 		nparams = 6;
 	}
-	/* without --at-least, the query an extension before 1.2 has too */
-	if (aq->min_hold_text[0] != '\0')
+	/* without --at-least and --lifetime, the query an extension before 1.2 has too */
+	if (aq->min_hold_text[0] != '\0' || st->lease_lifetime != NULL)
 	{
-		sql = queries[aq->nowait ? SQL_TRY_HOLD : SQL_ACQUIRE_HOLD];
-		vals[nparams++] = aq->min_hold_text;
+		require_version(1, 2, st->lease_lifetime != NULL ? "--lifetime" : "--at-least");
+		sql = queries[aq->nowait ? SQL_TRY_12 : SQL_ACQUIRE_12];
+		vals[nparams++] = st->lease_lifetime;
+		vals[nparams++] = aq->min_hold_text[0] != '\0' ? aq->min_hold_text : NULL;
 	}
 	note_backend(st, PQbackendPID(conn));
 	*sent = now_ms();
@@ -334,6 +351,17 @@ send_acquire(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
 static void
 retry_after_loss(RunState *st, Acquire *aq)
 {
+	/*
+	 * A session lease granted to the lost connection's backend ends when that
+	 * backend notices; asked again before then, the server would extend that
+	 * lease, still bound to the dying backend, instead of granting one to ours.
+	 */
+	if (st->session)
+	{
+		msg("lost the connection while taking %s (%s); a session lease is not asked for again",
+			st->lease_name, last_error);
+		exit(EXIT_CONN);
+	}
 	if (aq->retry_until == 0)
 		aq->retry_until = now_ms() + RECONNECT_WINDOW_MS;
 	if (now_ms() >= aq->retry_until)

@@ -43,6 +43,8 @@ typedef struct RunState
 	const char *lease_mode;		/* "exclusive" or "shared" */
 	const char *lease_permits;	/* a semaphore's size, as text, or NULL */
 	ms_t		at_least_ms;	/* the lease's minimum hold; 0: none */
+	const char *lease_lifetime; /* "ttl", "session"; NULL: not given */
+	bool		session;		/* the lease ends with our connection */
 	char		lease_token[32];
 	ms_t		ttl_ms;
 	ms_t		grace_ms;

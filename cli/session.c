@@ -30,6 +30,12 @@ char		last_error[1024];
 /* whether the extension's schema is known (and the queries built) */
 static bool have_schema = false;
 
+/* the extension's version in the database, as installed (e.g. "1.2") */
+static char ext_version[32];
+
+/* the server's clock when the schema was looked up (session.h) */
+char		first_server_clock[40];
+
 /*
  * Copies a libpq message into buf as one line: no trailing newline, and
  * newlines and tabs turned into single spaces.
@@ -326,9 +332,10 @@ is_argument_error(PGresult *res)
  */
 #define OP(o) " OPERATOR(pg_catalog." o ") "
 
-/* the extension's schema, quoted as an identifier */
+/* the extension's schema, quoted as an identifier; the server's clock */
 static const char *const sql_schema =
-"SELECT pg_catalog.quote_ident(n.nspname)"
+"SELECT pg_catalog.quote_ident(n.nspname), e.extversion,"
+" EXTRACT(epoch FROM pg_catalog.clock_timestamp())::pg_catalog.text"
 " FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n"
 " ON n.oid" OP("=") "e.extnamespace WHERE e.extname" OP("=") "'dlock'";
 
@@ -338,11 +345,12 @@ static const char *const sql_templates[NUM_SQL] = {
 	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer)",
 	[SQL_ACQUIRE] =
 	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer)",
-	[SQL_TRY_HOLD] =
-	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer, min_hold => $6::interval)",
-	[SQL_ACQUIRE_HOLD] =
+	[SQL_TRY_12] =
+	"SELECT @.dlock_try($1, $2::interval, $3, $4, $5::integer,"
+	" lifetime => $6, min_hold => $7::interval)",
+	[SQL_ACQUIRE_12] =
 	"SELECT @.dlock_acquire($1, $2::interval, $3::interval, $4, $5, $6::integer,"
-	" min_hold => $7::interval)",
+	" lifetime => $7, min_hold => $8::interval)",
 	[SQL_RENEW] =
 	"SELECT @.dlock_renew($1, $2::interval, $3)",
 	[SQL_RELEASE] =
@@ -377,14 +385,25 @@ static const char *const sql_templates[NUM_SQL] = {
 	"   ::numeric, 1)::pg_catalog.text" OP("||") "'s'"
 	" FROM @.dlock_waiters WHERE $1::pg_catalog.text IS NULL OR name" OP("=") "$1"
 	") s ORDER BY name, pos, pg_catalog.length(token), token",
-	/* how many of the backends in $1 still run */
+	/*
+	 * How many of the backends in $1 still run, and the server's clock after
+	 * it looked (an aggregate's output is computed after its input is read).
+	 */
 	[SQL_BACKENDS_LEFT] =
-	"SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity"
-	" WHERE pid" OP("=") "ANY ($1::integer[])",
-	/* the lease on $1 of owner $2 that one of the backends in $3 took */
+	"SELECT pg_catalog.count(*),"
+	" EXTRACT(epoch FROM pg_catalog.clock_timestamp())::pg_catalog.text"
+	" FROM pg_catalog.pg_stat_activity WHERE pid" OP("=") "ANY ($1::integer[])",
+
+	/*
+	 * The lease on $1 of owner $2 granted between $4 and $5 (server clock,
+	 * epoch seconds) whose backend is gone (pid NULL, extension 1.2) or is
+	 * one of $3.
+	 */
 	[SQL_GRANTED_TO] =
 	"SELECT token FROM @.dlock_locks"
-	" WHERE name" OP("=") "$1 AND owner" OP("=") "$2 AND pid" OP("=") "ANY ($3::integer[])",
+	" WHERE name" OP("=") "$1 AND owner" OP("=") "$2"
+	" AND (pid IS NULL OR pid" OP("=") "ANY ($3::integer[]))"
+	" AND EXTRACT(epoch FROM granted_at) BETWEEN $4::numeric AND $5::numeric",
 };
 
 /* the queries, once the schema is known */
@@ -439,10 +458,31 @@ find_schema(ms_t deadline)
 		}
 		*out = '\0';
 	}
-	vmsg("the dlock extension is in schema %s", schema);
+	snprintf(ext_version, sizeof(ext_version), "%s", PQgetvalue(res, 0, 1));
+	snprintf(first_server_clock, sizeof(first_server_clock), "%s", PQgetvalue(res, 0, 2));
+	vmsg("the dlock extension %s is in schema %s", ext_version, schema);
 	PQclear(res);
 	have_schema = true;
 	return true;
+}
+
+/*
+ * Exits (EXIT_SERVER) unless the extension in the database, as installed, is
+ * at least major.minor: what is an option that needs its newer SQL.
+ * Called once connected.
+ */
+void
+require_version(int major, int minor, const char *what)
+{
+	int			ma = 0;
+	int			mi = 0;
+
+	if (sscanf(ext_version, "%d.%d", &ma, &mi) == 2 &&
+		(ma > major || (ma == major && mi >= minor)))
+		return;
+	msg("%s needs version %d.%d of the dlock extension; database \"%s\" has %s (ALTER EXTENSION dlock UPDATE)",
+		what, major, minor, PQdb(conn), ext_version);
+	exit(EXIT_SERVER);
 }
 
 /* Tells who holds a busy name (best effort, for the message). */

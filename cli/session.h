@@ -22,6 +22,12 @@ extern PGconn *conn;
 /* last connection or query error, for messages */
 extern char last_error[1024];
 
+/*
+ * The server's clock (epoch seconds, as text) on the first connection, before
+ * any call of ours: what granted_at of a lease we took is not before.
+ */
+extern char first_server_clock[40];
+
 typedef enum
 {
 	Q_OK,						/* *res is the result, possibly an error */
@@ -34,8 +40,8 @@ enum
 {
 	SQL_TRY,
 	SQL_ACQUIRE,
-	SQL_TRY_HOLD,				/* with min_hold (extension 1.2) */
-	SQL_ACQUIRE_HOLD,
+	SQL_TRY_12,					/* with lifetime and min_hold (extension 1.2) */
+	SQL_ACQUIRE_12,
 	SQL_RENEW,
 	SQL_RELEASE,
 	SQL_HOLDER,
@@ -49,6 +55,7 @@ enum
 extern char *queries[NUM_SQL];
 
 extern bool connect_db(ms_t deadline);
+extern void require_version(int major, int minor, const char *what);
 extern void close_conn(void);
 extern QStatus run_query(const char *sql, int nparams, const char *const *values,
 						 ms_t deadline, PGresult **res);

@@ -4,8 +4,9 @@
 # group after a forced release and after the server is killed, survival of a
 # quick server restart, signal forwarding, exit status pass-through, cleanup
 # of leftover group members and of processes that left the group (setsid),
-# release of only the lease it took after an interrupted wait, an extension
-# in a schema off the search_path, and usage errors.
+# release of only the lease it took after an interrupted wait, --lifetime
+# session (a SIGKILLed dlock run frees the name at once), an extension in a
+# schema off the search_path or still at 1.1, and usage errors.
 #
 # Every wait is bounded: a step that hangs fails within seconds, naming the
 # step.  The suite does not depend on the signal dispositions it was started
@@ -618,6 +619,170 @@ wait_bg "$dp" 10 "dlock run after SIGTERM and SIGCONT"
 [ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'unseen'")" = 0 ] ||
 	fail "the grant dlock did not read was not released: $(sql "SELECT owner, token FROM dlock_locks WHERE name = 'unseen'")"
 ok "SIGTERM with a grant not yet read: exit 143, that lease released"
+
+# ... but a lease of the same owner granted before dlock run started is not
+# released, even when dlock's backend extended it (its pid is then dlock's
+# backend, and NULL once that has exited) and dlock did not read the answer.
+# psql takes it in a transaction left open, so dlock's dlock_acquire (an
+# extension of a durable lease being granted) waits for that transaction;
+# dlock is stopped, psql commits, dlock's backend extends the lease and
+# answers, and SIGTERM comes before dlock reads the answer.
+rm -f "$tmp/ran" "$tmp/ue.go"
+cat >"$tmp/ue.sql" <<SQL
+BEGIN;
+SELECT dlock_try('unseen-ext', '60s', 'ue-owner');
+\! for i in \$(seq 500); do [ -e '$tmp/ue.go' ] && break; sleep 0.02; done
+COMMIT;
+SQL
+PGOPTIONS='-c statement_timeout=20s' "$bindir/psql" -X -q -t -A -v ON_ERROR_STOP=1 \
+	-f "$tmp/ue.sql" >"$tmp/ue.psql" 2>&1 &
+psql_pid=$!
+bg_pids+=($psql_pid)
+wait_held unseen-ext 5000
+"${dfl[@]}" "$dlock" run --owner ue-owner unseen-ext -- touch "$tmp/ran" 2>"$tmp/ue.err" &
+dp=$!
+bg_pids+=($dp)
+# dlock's backend waits for psql's transaction (a lock wait), then answers
+ue_state() {
+	sql "SELECT state || ' ' || coalesce(wait_event_type, '-') FROM pg_stat_activity WHERE application_name = 'dlock'"
+}
+deadline=$(($(now) + 5000))
+until [ "$(ue_state)" = "active Lock" ]; do
+	(($(now) < deadline)) || fail "dlock run's extension did not wait for the granting transaction: $(ue_state)"
+	sleep 0.02
+done
+kill -STOP "$dp"
+touch "$tmp/ue.go"
+wait_bg "$psql_pid" 20 "psql granting unseen-ext"
+[ "$rc" = 0 ] || fail "psql granting unseen-ext: exit status $rc: $(cat "$tmp/ue.psql")"
+ue_token=$(head -n 1 "$tmp/ue.psql")
+deadline=$(($(now) + 5000))
+until [ "$(ue_state)" = "idle Client" ]; do
+	(($(now) < deadline)) || fail "dlock run's extension did not return: $(ue_state)"
+	sleep 0.02
+done
+kill -TERM "$dp"
+kill -CONT "$dp"
+wait_bg "$dp" 10 "dlock run after SIGTERM and SIGCONT (extension)"
+[ "$rc" = 143 ] || fail "SIGTERM with an unread extension: exit status $rc, expected 143; stderr: $(cat "$tmp/ue.err")"
+[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM"
+[ "$(sql "SELECT owner || ' ' || token FROM dlock_locks WHERE name = 'unseen-ext'")" = "ue-owner $ue_token" ] ||
+	fail "an interrupted dlock run released the same owner's earlier lease: $(sql "SELECT owner, token FROM dlock_locks WHERE name = 'unseen-ext'")"
+dl release --owner ue-owner unseen-ext
+ok "SIGTERM with an unread extension of an earlier lease: exit 143, that lease kept"
+
+# ---------------------------------------------------------------- --lifetime session
+# A session lease ends with dlock's connection: SIGKILL of dlock run itself
+# (not only of its command) frees the name at once, and a queued waiter runs
+# within milliseconds instead of after the TTL (60 s here: the waiters'
+# --timeout 5s would pass first).  Without --lifetime the same waiter times
+# out.  With --at-least, the kill within the hold frees the name at the hold's
+# end.  A lost connection loses a session lease: the command is terminated.
+expect_status 64 "usage: --lifetime transaction" "$dlock" run --lifetime transaction name -- true
+grep -q "lifetime transaction is refused" "$tmp/err" || fail "--lifetime transaction: $(cat "$tmp/err")"
+expect_status 64 "usage: bad --lifetime" "$dlock" run --lifetime forever name -- true
+grep -q 'invalid --lifetime: "forever" (ttl or session)' "$tmp/err" || fail "--lifetime forever: $(cat "$tmp/err")"
+expect_status 64 "usage: --lifetime on try" "$dlock" try --lifetime session name
+expect_status 64 "usage: --lifetime without its argument" "$dlock" run name --lifetime -- true
+expect_status 0 "run --lifetime ttl" "$dlock" run --lifetime ttl lt -- true
+
+# kill_runner NAME OWNER WAITER [run options...]: starts dlock run with the
+# options on NAME (a command that sleeps 60 s), queues dlock run --timeout 5s
+# as WAITER behind it, SIGKILLs the first dlock run (its command dies of
+# PR_SET_PDEATHSIG) and waits for the waiter, whose exit status is left in
+# rc.  Sets kill_t (when the SIGKILL was sent), kr_granted (the first lease's
+# granted_at, ms since the epoch, server clock), kr_start (when the waiter's
+# command started, now()'s clock; empty if it did not) and kr_wgranted (the
+# waiter's granted_at, as kr_granted).
+kill_runner() {
+	local name=$1 owner=$2 waiter=$3 dp dw
+	shift 3
+	rm -f "$tmp/kr.pgid" "$tmp/kr.start" "$tmp/kr.granted"
+	"$dlock" run "$@" --ttl 60s --owner "$owner" "$name" -- \
+		sh -c 'echo $$ >kr.pgid; exec sleep 60' 2>"$tmp/kr1.err" &
+	dp=$!
+	bg_pids+=($dp)
+	wait_file "$tmp/kr.pgid" 5000
+	groups+=("$(cat "$tmp/kr.pgid")")
+	wait_held "$name" 5000
+	kr_granted=$(sql "SELECT (extract(epoch FROM granted_at) * 1000)::bigint FROM dlock_locks WHERE name = '$name'")
+	"$dlock" run --timeout 5s --owner "$waiter" "$name" -- sh -c 'date +%s%3N >kr.start
+		"$0" -X -q -t -A -c "SELECT (extract(epoch FROM granted_at) * 1000)::bigint
+			FROM dlock_locks WHERE token = $DLOCK_TOKEN" >kr.granted' "$bindir/psql" 2>"$tmp/kr2.err" &
+	dw=$!
+	bg_pids+=($dw)
+	wait_waiters "$name" 1
+	kill_t=$(now)
+	kill -KILL "$dp"
+	wait_bg "$dw" 15 "the waiter on $name after SIGKILL of dlock run $*"
+	kr_start=$(cat "$tmp/kr.start" 2>/dev/null || true)
+	kr_wgranted=$(cat "$tmp/kr.granted" 2>/dev/null || true)
+	{ wait "$dp"; } 2>/dev/null || true
+}
+
+kill_runner kls kls-1 kls-2 --lifetime session
+[ "$rc" = 0 ] && [ -n "$kr_start" ] ||
+	fail "--lifetime session: the waiter was not granted within 5 s of SIGKILL (ttl 60s): exit $rc; $(cat "$tmp/kr2.err")"
+el=$((kr_start - kill_t))
+ok "--lifetime session: SIGKILL of dlock run; the queued waiter's command started $el ms later (ttl 60s)"
+results+=("run --lifetime session --ttl 60s SIGKILLed -> the queued dlock run's command started: $el ms")
+expect_status 0 "--lifetime session: run --no-wait after the kill" "$dlock" run --no-wait kls -- true
+
+kill_runner klt klt-1 klt-2
+[ "$rc" = 75 ] && [ -z "$kr_start" ] ||
+	fail "without --lifetime: the waiter did not time out: exit $rc; $(cat "$tmp/kr2.err")"
+expect_status 69 "without --lifetime: run --no-wait after the kill finds it busy" "$dlock" run --no-wait klt -- true
+grep -q "held by klt-1" "$tmp/err" || fail "busy message after the kill: $(cat "$tmp/err")"
+[ "$(sql "SELECT dlock_force_release('klt')")" = t ] || fail "force release of klt"
+ok "without --lifetime: the lease of a SIGKILLed dlock run outlives it (the waiter timed out after 5 s)"
+
+# within the minimum hold: the name is freed at the hold's end, not at once
+# (nor at the TTL)
+kill_runner klh klh-1 klh-2 --lifetime session --at-least 3s
+[ "$rc" = 0 ] && [ -n "$kr_start" ] ||
+	fail "--lifetime session --at-least 3s: the waiter was not granted within 5 s: exit $rc; $(cat "$tmp/kr2.err")"
+kill_in_hold=$((kill_t - kr_granted))
+((kill_in_hold < 3000)) || fail "the kill came $kill_in_hold ms after the grant, not within the 3 s hold"
+hold_end=$((kr_wgranted - kr_granted))
+((hold_end >= 3000)) ||
+	fail "--lifetime session --at-least 3s: the waiter was granted $hold_end ms after the first grant, within the hold"
+ok "--lifetime session --at-least 3s: SIGKILL $kill_in_hold ms into the hold; the waiter was granted $hold_end ms after the first grant (hold 3 s, ttl 60s)"
+results+=("run --lifetime session --at-least 3s SIGKILLed $kill_in_hold ms after its grant -> the waiter granted $hold_end ms after that grant (server clock), its command started $((kr_start - kill_t)) ms after the kill")
+
+# a lost connection loses a session lease: the command is terminated (76)
+rm -f "$tmp/kc.pgid"
+"$dlock" run --lifetime session --ttl 3s --grace 1s kconn -- sh -c 'echo $$ >kc.pgid; exec sleep 60' 2>"$tmp/kc.err" &
+dp=$!
+bg_pids+=($dp)
+wait_file "$tmp/kc.pgid" 5000
+pg=$(cat "$tmp/kc.pgid")
+groups+=("$pg")
+wait_held kconn 5000
+t0=$(now)
+[ "$(sql "SELECT pg_terminate_backend(pid) FROM dlock_locks WHERE name = 'kconn'")" = t ] || fail "pg_terminate_backend of kconn's backend"
+bound=$((3000 / 3 + 1000))
+times=$(wait_group_dead "$pg" "$bound" "$t0") || fail "session connection terminated: group not dead within $bound ms"
+read -r el _ <<<"$times"
+wait_bg "$dp" 15 "dlock run --lifetime session after its backend was terminated"
+[ "$rc" = 76 ] || fail "session connection terminated: exit $rc, expected 76; stderr: $(cat "$tmp/kc.err")"
+grep -q "the connection its session lease lived on is gone" "$tmp/kc.err" || fail "session connection terminated: $(cat "$tmp/kc.err")"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'kconn'")" = 0 ] || fail "kconn still held"
+ok "--lifetime session, its backend terminated: the command dead after $el ms (next renewal, bound $bound), exit 76"
+
+# an extension still at 1.1: --lifetime (and --at-least) say so and exit 70;
+# without them dlock run works as before
+sql 'CREATE DATABASE old' >/dev/null
+sql "CREATE EXTENSION dlock VERSION '1.1'" -d old >/dev/null
+expect_status 0 "extension 1.1: run" "$dlock" -d "dbname=old" run o11 -- true
+expect_status 0 "extension 1.1: run --no-wait" "$dlock" -d "dbname=old" run --no-wait o11 -- true
+expect_status 70 "extension 1.1: run --lifetime session" "$dlock" -d "dbname=old" run --lifetime session o11 -- touch "$tmp/ran"
+grep -q -- '--lifetime needs version 1.2 of the dlock extension; database "old" has 1.1 (ALTER EXTENSION dlock UPDATE)' "$tmp/err" ||
+	fail "--lifetime on 1.1: $(cat "$tmp/err")"
+expect_status 70 "extension 1.1: run --no-wait --lifetime ttl" "$dlock" -d "dbname=old" run --no-wait --lifetime ttl o11 -- touch "$tmp/ran"
+expect_status 70 "extension 1.1: run --at-least" "$dlock" -d "dbname=old" run --at-least 1s o11 -- touch "$tmp/ran"
+grep -q -- '--at-least needs version 1.2' "$tmp/err" || fail "--at-least on 1.1: $(cat "$tmp/err")"
+[ ! -e "$tmp/ran" ] || fail "a command ran although its option needs 1.2"
+[ "$(sql "SELECT count(*) FROM dlock_locks" -d old)" = 0 ] || fail "a lease left in database old"
 
 # ---------------------------------------------------------------- lease lost: forced release
 # ttl 3s (renewal every 1 s), grace 1s.  The group has a member that
