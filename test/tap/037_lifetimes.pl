@@ -10,7 +10,8 @@
 # another session and taken by someone else is not ended by the first
 # holder's exit; a session that took and released many session leases ends
 # exactly the ones it still holds; a session that ends within a lease's
-# minimum hold leaves a lease nobody can renew, release or take back.
+# minimum hold leaves a lease nobody can renew, release or take back;
+# dlock_locks never shows a live session lease without its pid.
 use strict;
 use warnings;
 use IPC::Run;
@@ -234,5 +235,44 @@ is(sql(q{SELECT dlock_force_release('sh')}), 't', 'a force release ends it at on
 waiter_granted($w, time, 'an acquisition by its owner, queued behind it');
 is(sql(q{SELECT dlock_release('sh', 'svc')}), 't', 'the new lease is its owner\'s to release');
 is(sql(q{SELECT dlock_force_release('sh2')}), 't', 'tidy up');
+
+# 10. dlock_locks shows a live session lease with its backend's pid, never
+# with a NULL one, while its backend exits (it shows the lease and the pid as
+# they were at one moment): a watcher reads the view in a loop while backends
+# holding many session leases exit, with enough other leases that each read
+# takes a while
+sql(q{SET dlock.durable = off; SELECT count(dlock_try('fill' || i, '1 hour', 'filler')) FROM generate_series(1, 10000) i});
+my %watch = (out => '', err => '');
+$watch{h} = IPC::Run::start(
+	[
+		'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c', q{
+		DO $$
+		DECLARE
+			looks int := 0;
+			seen int := 0;
+		BEGIN
+			WHILE NOT EXISTS (SELECT 1 FROM dlock_locks WHERE name = 'watch_stop') LOOP
+				seen := seen + (SELECT count(*) FROM dlock_locks
+								WHERE lifetime = 'session' AND released_at IS NULL AND pid IS NULL);
+				looks := looks + 1;
+			END LOOP;
+			RAISE NOTICE 'looks % seen %', looks, seen;
+		END $$}
+	],
+	'>', \$watch{out}, '2>', \$watch{err});
+for my $round (1 .. 20)
+{
+	($h, $pid) = session();
+	$h->query_safe(q{SELECT count(dlock_try('x' || i, '1 hour', 'exiting', lifetime => 'session')) FROM generate_series(1, 300) i});
+	sql("SELECT pg_terminate_backend($pid)");
+	ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dlock_locks WHERE owner = 'exiting'}),
+		"round $round: the session leases ended with their backend");
+	$h->quit;
+}
+sql(q{SELECT dlock_try('watch_stop', '1 hour', 'x')});
+$watch{h}->finish;
+my ($looks, $seen) = $watch{err} =~ /looks (\d+) seen (\d+)/;
+ok(defined $looks && $looks > 0, "the watcher read dlock_locks ($looks times)") or diag($watch{err});
+is($seen, 0, 'no read showed a live session lease without its pid');
 
 done_testing();
