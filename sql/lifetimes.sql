@@ -56,6 +56,29 @@ SELECT count(*) AS after_commit FROM dlock_locks WHERE name LIKE 'lt\_x%';
 SELECT dlock_try('lt_auto', '1 hour', 'o', lifetime => 'transaction') > 0 AS taken;
 SELECT count(*) AS after_statement FROM dlock_locks WHERE name = 'lt_auto';
 
+-- with a minimum hold, a transaction lease whose transaction ended stays
+-- until the hold's end, marked released and bound to nothing: its owner
+-- cannot renew it, release it or take it again (a try gets NULL, an acquire
+-- waits for its end), its token still fences, a force release ends it
+SELECT dlock_try('lt_hold', '2 hours', 'o', lifetime => 'transaction', min_hold => '1 hour') AS t \gset
+SELECT token = :t AS same_token, released_at IS NOT NULL AS released, pid = pg_backend_pid() AS my_pid
+FROM dlock_locks WHERE name = 'lt_hold';
+SELECT dlock_renew('lt_hold', '2 hours', 'o') IS NULL AS not_renewed;
+SELECT dlock_release('lt_hold', 'o') AS released_again;
+SELECT dlock_try('lt_hold', '2 hours', 'o') IS NULL AS not_taken_again;
+SELECT dlock_acquire('lt_hold', '2 hours', '10 ms', 'o') IS NULL AS acquire_timed_out;
+SELECT count(*) AS fenced FROM (SELECT dlock_fence('lt_hold', :t)) f;
+SELECT token = :t AS same_token, released_at IS NOT NULL AS released,
+	   expires_at <= granted_at + min_hold + interval '1 second' AS ends_with_the_hold
+FROM dlock_locks WHERE name = 'lt_hold';
+SELECT dlock_force_release('lt_hold') AS forced;
+SELECT count(*) AS gone FROM dlock_locks WHERE name = 'lt_hold';
+-- an acquisition by its owner during the hold is granted a new lease at its end
+SELECT dlock_try('lt_short', '1 hour', 'o', lifetime => 'transaction', min_hold => '200 ms') AS t \gset
+SELECT dlock_acquire('lt_short', '1 hour', '1 minute', 'o') > :t AS new_lease_after_the_hold;
+SELECT lifetime, released_at IS NULL AS held FROM dlock_locks WHERE name = 'lt_short';
+SELECT dlock_release('lt_short', 'o') AS released;
+
 -- PREPARE TRANSACTION is refused while one is held (0A000)
 BEGIN;
 SELECT dlock_try('lt_prepare', '1 hour', 'o', lifetime => 'transaction') > 0 AS taken;

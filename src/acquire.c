@@ -122,7 +122,11 @@ mode_conflict(const DLockRequest *req, DLockMode held)
 			 errhint("Release the lease before asking for it in another mode.")));
 }
 
-/* The caller's live lease on the name (same owner and role), or NULL. */
+/*
+ * The caller's live lease on the name (same owner and role), or NULL.  One
+ * whose session or transaction ended within its minimum hold is nobody's to
+ * extend: it only waits for the hold's end, like any other holder's lease.
+ */
 static DLockEntry *
 own_lease(DLockEntry *head, const DLockRequest *req, int64 now)
 {
@@ -132,6 +136,7 @@ own_lease(DLockEntry *head, const DLockRequest *req, int64 now)
 	dlock_foreach_lease(lease, head, iter)
 	{
 		if (lease->roleid == req->roleid && dlock_is_live(lease, now) &&
+			!lease->bound_ended &&
 			dlock_owner_equal(&lease->owner, &req->owner))
 			return lease;
 	}

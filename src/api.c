@@ -625,6 +625,13 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 			copies = repalloc_huge(copies, sizeof(DLockEntry) * maxcopies);
 		}
 		copies[ncopies] = *entry;
+		/*
+		 * its holder as it is now: a backend that exits ends its session
+		 * leases before it stops counting as alive, but may do both as soon
+		 * as the locks are released
+		 */
+		if (!dlock_backend_alive(&entry->holder_backend))
+			copies[ncopies].holder_pid = 0;
 		/* what the name has: show it on each of its leases */
 		copies[ncopies].nwaiters = dlock_head_of(entry)->nwaiters;
 		copies[ncopies].permits = dlock_head_of(entry)->permits;
@@ -647,7 +654,7 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 		values[5] = ObjectIdGetDatum(e->roleid);
 		/* only while it is that backend: a later one may have its pid */
 		values[6] = Int32GetDatum(e->holder_pid);
-		nulls[6] = (e->holder_pid == 0 || !dlock_backend_alive(&e->holder_backend));
+		nulls[6] = (e->holder_pid == 0);
 		values[7] = Int32GetDatum(e->nwaiters);
 		values[8] = Int64GetDatum(e->version);
 		nulls[8] = !e->durable;

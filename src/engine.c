@@ -724,6 +724,7 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->hold_until = 0;
 	lease->released_at = 0;
 	lease->lifetime_ended = false;
+	lease->bound_ended = false;
 	lease->grant_xid = InvalidTransactionId;
 	lease->clear_rows = false;
 	memset(&lease->ev, 0, sizeof(lease->ev));

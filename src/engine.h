@@ -112,9 +112,14 @@ typedef struct DLockEntry
 	TimestampTz released_at;	/* released by its owner before hold_until
 								 * (wall clock; 0: not): it stays its owner's,
 								 * live until its expiry (hold_until or
-								 * less); a renewal takes it back */
+								 * less); a renewal takes it back, unless
+								 * bound_ended */
 	bool		lifetime_ended; /* released_at set by the end of its session
 								 * or transaction, not by a release */
+	bool		bound_ended;	/* its session or transaction ended within
+								 * its hold (released_at is set): held by
+								 * nobody, it cannot be renewed, extended or
+								 * taken back */
 	int64		version;		/* version of its table row, as last written */
 	union
 	{

@@ -46,7 +46,9 @@ typedef struct HeldLease
 
 /*
  * Finds the caller's live lease, pinned if pin, once no other transaction
- * is granting it.  Returns false when the caller holds none.
+ * is granting it.  Returns false when the caller holds none: a lease whose
+ * session or transaction ended within its minimum hold is held by nobody
+ * (it cannot be renewed or released, only fenced and force-released).
  */
 static bool
 held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
@@ -72,7 +74,7 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		{
 			dlock_foreach_lease(lease, head, iter)
 			{
-				if (!dlock_is_live(lease, *now) ||
+				if (!dlock_is_live(lease, *now) || lease->bound_ended ||
 					!dlock_owner_equal(&lease->owner, &req->owner))
 					continue;
 				if (lease->roleid != req->roleid && lease->roleid != member_of)

@@ -93,9 +93,10 @@ dlock_lifetime_end(const DLockKey *key, uint32 hash, uint64 token)
 }
 
 /*
- * The backend exits: its session leases end, and its serial goes (its
- * transaction, if one is open, is rolled back after this runs, which takes
- * back what it granted).
+ * The backend exits: its session leases end (its transaction, if one is
+ * open, is rolled back after this runs, which takes back what it granted and
+ * ends its transaction leases; a wait it abandons gives up a lease granted
+ * meanwhile).
  */
 static void
 lifetime_exit(int code, Datum arg)
@@ -103,6 +104,16 @@ lifetime_exit(int code, Datum arg)
 	for (int i = 0; i < nbound; i++)
 		dlock_lifetime_end(&bound[i].key, bound[i].hash, bound[i].token);
 	nbound = 0;
+}
+
+/*
+ * Its serial goes last, once every before_shmem_exit callback has run (the
+ * rollback and the abandoned wait included): until then it is alive, so a
+ * lease bound to it never shows as outliving it.
+ */
+static void
+lifetime_serial_exit(int code, Datum arg)
+{
 	pg_atomic_write_u64(&shared->serials[me.procno], 0);
 }
 
@@ -117,6 +128,7 @@ register_backend(void)
 	me.procno = slot;
 	me.serial = pg_atomic_fetch_add_u64(&shared->next_serial, 1);
 	pg_atomic_write_u64(&shared->serials[slot], me.serial);
+	on_shmem_exit(lifetime_serial_exit, (Datum) 0);
 	before_shmem_exit(lifetime_exit, (Datum) 0);
 }
 

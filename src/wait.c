@@ -798,6 +798,8 @@ dlock_handoff_free(const DLockKey *key, uint32 hash, uint64 token, bool row_dele
  * if it still carries token and was not released, as a release does.  Within
  * its minimum hold it is kept until the hold's end, marked released, as a
  * release within the hold is; one released within it already stays so.
+ * Either way it is bound to nothing from now on: nobody can renew, extend or
+ * take it back, so it ends at the hold's end.
  */
 void
 dlock_handoff_end(const DLockKey *key, uint32 hash, uint64 token)
@@ -807,13 +809,16 @@ dlock_handoff_end(const DLockKey *key, uint32 hash, uint64 token)
 
 	dlock_wake_init();
 	lease = lock_lease(key, hash, token);
-	if (lease != NULL && !lease->released && lease->released_at == 0)
+	if (lease != NULL && !lease->released && lease->released_at != 0)
+		lease->bound_ended = true;
+	else if (lease != NULL && !lease->released)
 	{
 		if (lease->hold_until > now)
 		{
 			dlock_set_expires(lease, Min(lease->hold_until, lease->expires));
 			lease->released_at = GetCurrentTimestamp();
 			lease->lifetime_ended = true;
+			lease->bound_ended = true;
 			dlock_settle(dlock_head_of(lease), now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
 		}
 		else
@@ -830,7 +835,8 @@ dlock_handoff_end(const DLockKey *key, uint32 hash, uint64 token)
  * Drops a pin of the lease if it still carries token (a renewal, extension
  * or fence ended with its transaction), and with expires (at commit) moves
  * its expiry, unless it is durable and already has a row version as new as
- * version.  A lease left expired goes to the next waiters.
+ * version, or its session or transaction ended (a renewal made before that
+ * end cannot take it back).  A lease left expired goes to the next waiters.
  */
 void
 dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
@@ -843,13 +849,12 @@ dlock_handoff_set_expiry(const DLockKey *key, uint32 hash, uint64 token,
 	if (lease != NULL)
 	{
 		dlock_unpin(lease);
-		if (expires != 0 && !lease->released &&
+		if (expires != 0 && !lease->released && !lease->bound_ended &&
 			(!lease->durable || version > lease->version))
 		{
 			dlock_set_expires(lease, expires);
 			/* a renewal or extension takes back a release within the hold */
 			lease->released_at = 0;
-			lease->lifetime_ended = false;
 			if (lease->durable)
 				lease->version = version;
 		}
@@ -873,7 +878,8 @@ dlock_handoff_hold(const DLockKey *key, uint32 hash, uint64 token,
 
 	dlock_wake_init();
 	lease = lock_lease(key, hash, token);
-	if (lease != NULL && !lease->released &&
+	/* (one whose session or transaction ended meanwhile is released already) */
+	if (lease != NULL && !lease->released && !lease->bound_ended &&
 		(!lease->durable || version > lease->version))
 	{
 		dlock_set_expires(lease, Min(expires, lease->expires));

@@ -30,9 +30,18 @@
  *     database; every durable live lease has its row (same token, owner,
  *     role and version) and every row that claims a live lease has it in
  *     shared memory; the sentinel lease taken before the start is unchanged;
- *   - a fresh grant after the run is above every token seen.
- * With --snapshot FILE it writes the durable live leases; after a restart,
- * --verify FILE checks they all came back (and nothing else did).
+ *   - a fresh grant after the run is above every token seen;
+ *   - session and transaction leases (grant calls also ask for lifetimes
+ *     and minimum holds) have no row, end with their backend (monitor and
+ *     quiescence) and their transaction (the client looks right after it
+ *     ended), and durable holds agree with dlock_lease_holds;
+ *   - change events (some sessions set dlock.events; a listener records
+ *     the stream) agree with one another and with what the clients know:
+ *     see check_events(), and --self-test.
+ * With --snapshot FILE it writes the durable live leases (with their holds)
+ * and leaves session and transaction leases held; after a restart, --verify
+ * FILE checks the durable ones all came back, with their holds, and nothing
+ * else did.
  *
  * Herd mode (--herd N) queues N sessions on one name held by the tool and
  * then, by --herd-mode: "chain" releases the name and has each waiter release
@@ -70,6 +79,9 @@
 #define MAX_CODES		64		/* distinct SQLSTATEs counted per client */
 #define RECORDS_PER		(1 << 19)	/* token records per process */
 #define MAX_PRINTED		30		/* unexpected errors printed, in all */
+#define EVTOKS_PER		(1 << 16)	/* tokens tagged for the event check, per client */
+#define MAX_EVENTS		(1 << 21)	/* change events the listener keeps */
+#define MAX_PENDING		32		/* new grants of one open transaction, tracked */
 
 /* ------------------------------------------------------------------ options */
 
@@ -132,17 +144,89 @@ typedef struct Stats
 	long		stale_sent;		/* unfenced UPDATEs that set no token */
 	long		stale_refused;	/* ... refused with DL001 */
 	long		stale_no_row;	/* ... that matched no row */
+	long		lt_session;		/* tokens of grant calls asking lifetime 'session' */
+	long		lt_xact;		/* ... 'transaction' */
+	long		lt_default_session; /* ... the session's own owner, no lifetime */
+	long		min_holds;		/* tokens of grant calls with a min_hold */
+	long		xact_checks;	/* transaction leases looked for after their end */
+	long		events_on;		/* SET dlock.events = on that succeeded */
+	long		ev_known;		/* committed new grants of events sessions (TAG_K) */
+	long		ev_uncertain;	/* grant calls of events sessions with an unknown outcome */
+	long		ev_rolled_back; /* new grants rolled back (TAG_R) */
+	long		ev_off;			/* new grants of sessions with events off (TAG_OFF) */
 	long		violations;
 	int			finished;
 	int			pid;			/* backend pid of the main connection */
 	int			nrecords;
+	int			nevtoks;
 	int			ncodes;
 	Code		codes[MAX_CODES];
 } Stats;
 
+/*
+ * What a client knows of a grant it got certainly new, for the event check:
+ * TAG_K committed in a session with dlock.events on (its "granted" event
+ * must arrive, with the lifetime asked for), TAG_R rolled back (no event
+ * ever), TAG_OFF granted in a session with dlock.events off (no event ever).
+ */
+enum
+{
+	TAG_K, TAG_R, TAG_OFF
+};
+
+/* lifetimes as events and dlock_locks name them */
+enum
+{
+	LT_TTL, LT_SESSION, LT_XACT, LT_UNKNOWN
+};
+static const char *const lifetime_names[] = {"ttl", "session", "transaction", "?"};
+
+typedef struct EvTok
+{
+	int64_t		token;
+	uint8_t		db;
+	uint8_t		tag;
+	uint8_t		lifetime;		/* TAG_K: the lifetime asked for */
+} EvTok;
+
+/* One change event, as the listener parsed it. */
+enum
+{
+	EV_GRANTED, EV_RELEASED, EV_FORCED, EV_EXPIRED, EV_ENDED, EV_LOST, EV_BAD
+};
+static const char *const event_names[] = {"granted", "released", "forced", "expired", "ended", "lost", "?"};
+
+typedef struct Event
+{
+	int64_t		token;
+	int64_t		seq;
+	uint64_t	name;			/* hash of the database and the name's JSON text */
+	int64_t		lost;			/* EV_LOST: its count */
+	int32_t		arrival;		/* order of arrival, all databases */
+	int16_t		client;			/* a client's private owner: its id; else -1 */
+	uint8_t		db;
+	uint8_t		kind;
+	uint8_t		lifetime;
+	uint8_t		shared;			/* mode "shared" */
+	uint8_t		tracked;		/* the name is a tracked one (n0..) */
+} Event;
+
+typedef struct Listen
+{
+	int			ready;
+	int			stop;
+	int			nevents;
+	int			lost_conn;		/* a LISTEN connection failed */
+	int			malformed;
+	char		bad_payload[200];
+} Listen;
+
 static unsigned run_nonce;		/* private owners differ from any earlier run's */
 static Stats *stats;			/* [MAX_CLIENTS + 1]; the last is the monitor */
 static Record *records;			/* [MAX_CLIENTS + 1][RECORDS_PER] */
+static EvTok *evtoks;			/* [MAX_CLIENTS][EVTOKS_PER] */
+static Event *events;			/* [MAX_EVENTS] */
+static Listen *listen_state;
 static int *printed;
 
 /* ------------------------------------------------------------------ helpers */
@@ -355,6 +439,21 @@ typedef struct Client
 	char		last_code[6];	/* SQLSTATE of the last error */
 	int			gid;
 	int			flood;
+	bool		events;			/* dlock.events is on */
+	/* new grants of the open transaction, judged at its end */
+	int			npending;
+	struct
+	{
+		int64_t		token;
+		uint8_t		lifetime;
+		bool		after_savepoint;
+		bool		events;
+	}			pending[MAX_PENDING];
+	bool		pending_lost;	/* more than MAX_PENDING of them */
+	/* tokens of transaction leases of the open transaction */
+	int			nxact_leases;
+	int64_t		xact_leases[MAX_PENDING];
+	PGconn	   *observer[MAX_DBS];	/* looks for them once it ended */
 	char		owners[OWNERS_PER][32];
 	/* [db][role][name][owner] */
 	Tracked		tracked[MAX_DBS][MAX_ROLES][MAX_TRACKED][OWNERS_PER];
@@ -381,11 +480,11 @@ count_code(Client *c, const char *code)
 }
 
 /*
- * SQLSTATEs a hostile caller may legitimately get.  Anything else (above all
- * XX000, an internal error) is reported and fails the run.
+ * SQLSTATEs a hostile caller may legitimately get from sql.  Anything else
+ * (above all XX000, an internal error) is reported and fails the run.
  */
 static bool
-expected_code(const char *code)
+expected_code(const char *code, const char *sql)
 {
 	static const char *const ok[] = {
 		"22004",				/* null argument */
@@ -413,6 +512,16 @@ expected_code(const char *code)
 	for (int i = 0; ok[i]; i++)
 		if (strcmp(code, ok[i]) == 0)
 			return true;
+
+	/*
+	 * A call with no timeout of its own (renew, release, force release,
+	 * fence, a fenced write) that finds the lease still being granted by an
+	 * open transaction when the lease expires fails with 55P03, as
+	 * docs/semantics.md (Transactions) says.  An acquisition never does: it
+	 * returns NULL at its timeout, and this client never sets lock_timeout.
+	 */
+	if (strcmp(code, "55P03") == 0)
+		return strstr(sql, "dlock_try") == NULL && strstr(sql, "dlock_acquire") == NULL;
 	return false;
 }
 
@@ -493,6 +602,111 @@ forget_xact(Client *c, bool uncertain)
 						t->uncertain = true;
 					t->touched = false;
 				}
+}
+
+/* Tags a token for the event check (see EvTok). */
+static void
+add_evtok(Client *c, int64_t token, int tag, int lifetime)
+{
+	EvTok	   *e;
+
+	if (c->st->nevtoks >= EVTOKS_PER)
+	{
+		if (tag == TAG_K)
+			c->st->ev_uncertain++;	/* its event is still counted */
+		return;
+	}
+	e = &evtoks[(size_t) c->id * EVTOKS_PER + c->st->nevtoks];
+	e->token = token;
+	e->db = (uint8_t) c->db;
+	e->tag = (uint8_t) tag;
+	e->lifetime = (uint8_t) lifetime;
+	__atomic_store_n(&c->st->nevtoks, c->st->nevtoks + 1, __ATOMIC_RELEASE);
+	if (tag == TAG_K)
+		c->st->ev_known++;
+	else if (tag == TAG_R)
+		c->st->ev_rolled_back++;
+	else
+		c->st->ev_off++;
+}
+
+enum
+{
+	SETTLE_COMMITTED, SETTLE_ROLLED_BACK, SETTLE_UNKNOWN
+};
+
+/*
+ * The open transaction ended: its new grants committed, rolled back, or
+ * nobody knows (a lost reply).  Those of sessions with events off were
+ * tagged when granted.
+ */
+static void
+settle_pending(Client *c, int how)
+{
+	for (int i = 0; i < c->npending; i++)
+	{
+		if (!c->pending[i].events)
+			continue;
+		if (how == SETTLE_ROLLED_BACK)
+			add_evtok(c, c->pending[i].token, TAG_R, 0);
+		else if (how == SETTLE_COMMITTED)
+			add_evtok(c, c->pending[i].token, TAG_K, c->pending[i].lifetime);
+		else
+			c->st->ev_uncertain++;
+	}
+	c->npending = 0;
+}
+
+/*
+ * The open transaction ended (its COMMIT, ROLLBACK or PREPARE answered):
+ * no transaction lease it took may be left bound to this backend, unless
+ * kept, released, within its minimum hold.  Looked for from another
+ * session.
+ */
+static void
+check_xact_leases(Client *c)
+{
+	PGconn	  **o = &c->observer[c->db];
+
+	for (int i = 0; i < c->nxact_leases && c->conn != NULL; i++)
+	{
+		char		tok[32],
+					pid[16];
+		const char *params[2] = {tok, pid};
+		PGresult   *res;
+
+		if (*o == NULL)
+		{
+			*o = connect_as(db_list[c->db], NULL, "dlock_fuzz observer");
+			if (PQstatus(*o) != CONNECTION_OK)
+			{
+				PQfinish(*o);
+				*o = NULL;
+				break;			/* too many connections: not this time */
+			}
+		}
+		snprintf(tok, sizeof(tok), "%" PRId64, c->xact_leases[i]);
+		snprintf(pid, sizeof(pid), "%d", PQbackendPID(c->conn));
+		res = PQexecParams(*o,
+						   "SELECT format('lifetime %s, pid %s, released_at %s, min_hold %s, expires_at %s; now %s',"
+						   " lifetime, pid, released_at, min_hold, expires_at, clock_timestamp())"
+						   " FROM dlock_locks WHERE token = $1::bigint AND pid = $2::int"
+						   " AND lifetime = 'transaction' AND (released_at IS NULL OR min_hold IS NULL)",
+						   2, NULL, params, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			PQclear(res);
+			PQfinish(*o);
+			*o = NULL;
+			break;
+		}
+		c->st->xact_checks++;
+		if (PQntuples(res) > 0)
+			violation(c->st, "c%d: transaction lease token %s is still held after its transaction ended: %s",
+					  c->id, tok, PQgetvalue(res, 0, 0));
+		PQclear(res);
+	}
+	c->nxact_leases = 0;
 }
 
 typedef enum Outcome
@@ -595,7 +809,7 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 		snprintf(c->last_code, sizeof(c->last_code), "%s", code);
 		c->st->errors++;
 		count_code(c, code);
-		if (!expected_code(code))
+		if (!expected_code(code, sql))
 		{
 			char		a[4][100];
 
@@ -613,14 +827,16 @@ exec(Client *c, const char *sql, int nparams, Arg *args, PGresult **res,
 	}
 }
 
-/* A statement whose result does not matter. */
-static void
+/* A statement whose result does not matter (only whether it succeeded). */
+static Outcome
 simple(Client *c, const char *sql)
 {
 	PGresult   *res;
+	Outcome		out = exec(c, sql, 0, NULL, &res, 0, 0, "setup");
 
-	if (exec(c, sql, 0, NULL, &res, 0, 0, "setup") == OUT_OK)
+	if (out == OUT_OK)
 		PQclear(res);
+	return out;
 }
 
 static void
@@ -650,6 +866,10 @@ connect_client(Client *c)
 		PQfinish(c->conn);
 	c->in_xact = c->xact_failed = c->savepoint = false;
 	forget_xact(c, true);
+	/* an open transaction's fate is unknown; its backend ends it on exit */
+	settle_pending(c, SETTLE_UNKNOWN);
+	c->nxact_leases = 0;
+	c->events = false;
 	snprintf(app, sizeof(app), "dlock_fuzz c%d", c->id);
 	for (int attempt = 0;; attempt++)
 	{
@@ -675,6 +895,15 @@ connect_client(Client *c)
 
 		snprintf(sql, sizeof(sql), "SET statement_timeout = %d", 50 + rnd_int(stmt_timeout_max_ms - 50));
 		simple(c, sql);
+	}
+	/*
+	 * Some sessions send change events.  A SET that failed changed nothing;
+	 * one whose connection was lost left a new session of its own.
+	 */
+	if (chance(35) && simple(c, "SET dlock.events = on") == OUT_OK)
+	{
+		c->events = true;
+		c->st->events_on++;
 	}
 	learn_owner(c);
 }
@@ -853,6 +1082,61 @@ choose_timeout(Arg *a)
 		arg_set(a, hostile_intervals[rnd_int(N_HOSTILE_INTERVALS)]);
 }
 
+/*
+ * The lifetime argument of a grant call: LT_TTL, LT_SESSION or LT_XACT as
+ * given; LT_UNKNOWN for the default (left out or NULL); -1 for an invalid
+ * value (22023).
+ */
+static int
+choose_lifetime(Arg *a, bool *given)
+{
+	static const char *const bad[] = {"", "Session", "xact", "ttl ", "forever", "transaction\n"};
+	int			k = rnd_int(100);
+
+	*given = k >= 50;
+	if (k < 58)
+	{
+		arg_set(a, NULL);
+		return LT_UNKNOWN;
+	}
+	if (k < 68)
+	{
+		arg_set(a, "ttl");
+		return LT_TTL;
+	}
+	if (k < 82)
+	{
+		arg_set(a, "session");
+		return LT_SESSION;
+	}
+	if (k < 96)
+	{
+		arg_set(a, "transaction");
+		return LT_XACT;
+	}
+	arg_set(a, bad[rnd_int(6)]);
+	return -1;
+}
+
+/* min_hold: mostly none; short holds; holds above the ttl (22023); hostile */
+static void
+choose_min_hold(Arg *a, bool *given)
+{
+	int			k = rnd_int(100);
+
+	*given = k >= 70;
+	if (k < 73)
+		arg_set(a, NULL);
+	else if (k < 76)
+		arg_set(a, "0");
+	else if (k < 92)
+		arg_fmt(a, "%d ms", 5 + rnd_int(400));
+	else if (k < 96)
+		arg_fmt(a, "%d ms", 500 + rnd_int(2500));
+	else
+		arg_set(a, hostile_intervals[rnd_int(N_HOSTILE_INTERVALS)]);
+}
+
 static void
 choose_token(Client *c, Choice *ch, Arg *a)
 {
@@ -965,12 +1249,79 @@ judge_stale(Client *c, Outcome out, PGresult *res, const Arg *name)
 			  c->id, PQcmdTuples(res), c->in_xact ? "in a transaction that fenced nothing" : "alone", a);
 }
 
+/*
+ * What the event check and the lifetime checks learn from a grant call that
+ * returned granted (0: NULL, an error, or a lost reply).  A tracked
+ * holder's grant is certainly new when its token differs from the last one
+ * with no lost reply since (note_grant's "fresh"); certainly none when the
+ * call failed (its statement, or its transaction, is undone) or returned
+ * NULL or the same token; anything else is uncertain.
+ */
+static void
+judge_grant(Client *c, const Choice *ch, const Tracked *t, Outcome out, int64_t granted,
+			int lifetime, bool min_hold_given, bool was_uncertain, int64_t was_token,
+			bool was_in_xact, bool was_events)
+{
+	if (granted != 0)
+	{
+		if (lifetime == LT_SESSION)
+			c->st->lt_session++;
+		else if (lifetime == LT_XACT)
+			c->st->lt_xact++;
+		else if (lifetime == LT_UNKNOWN && ch->default_owner && c->owner_known &&
+				 strncmp(c->session_owner, "session:", 8) == 0)
+			c->st->lt_default_session++;
+		if (min_hold_given)
+			c->st->min_holds++;
+		/* this backend's transaction lease must be gone once its transaction is */
+		if (lifetime == LT_XACT && c->nxact_leases < MAX_PENDING)
+		{
+			c->xact_leases[c->nxact_leases++] = granted;
+			if (!was_in_xact)
+				check_xact_leases(c);
+		}
+	}
+	if (t == NULL)
+		return;					/* an untracked holder: its events are not counted */
+	if (out == OUT_LOST)
+	{
+		if (was_events)
+			c->st->ev_uncertain++;
+		return;
+	}
+	if (granted == 0)
+		return;
+	if (was_uncertain || granted == was_token)
+	{
+		if (was_uncertain && was_events)
+			c->st->ev_uncertain++;
+		return;
+	}
+	/* certainly a new grant; a tracked owner is never the session's own */
+	if (lifetime == LT_UNKNOWN)
+		lifetime = LT_TTL;
+	if (!was_events)
+		add_evtok(c, granted, TAG_OFF, lifetime);
+	else if (!was_in_xact)
+		add_evtok(c, granted, TAG_K, lifetime);
+	else if (c->npending < MAX_PENDING)
+	{
+		c->pending[c->npending].token = granted;
+		c->pending[c->npending].lifetime = (uint8_t) lifetime;
+		c->pending[c->npending].after_savepoint = c->savepoint;
+		c->pending[c->npending].events = was_events;
+		c->npending++;
+	}
+	else
+		c->st->ev_uncertain++;
+}
+
 /* One random dlock call (or view read, or fenced write). */
 static void
 dlock_call(Client *c)
 {
 	Choice		ch = {0};
-	Arg			args[4] = {{0}};
+	Arg			args[6] = {{0}};
 	const char *sql = NULL;
 	int			nparams = 0;
 	int			op = rnd_int(100);
@@ -985,6 +1336,14 @@ dlock_call(Client *c)
 	int64_t		t0,
 				t1;
 	Tracked    *t;
+	char		grant_sql[200];
+	int			lifetime = LT_UNKNOWN;
+	bool		lifetime_given = false,
+				min_hold_given = false;
+	bool		was_uncertain,
+				was_in_xact,
+				was_events;
+	int64_t		was_token;
 
 	choose_name(c, &ch);
 	choose_owner(c, &ch);
@@ -1046,6 +1405,44 @@ dlock_call(Client *c)
 			cancel_us = 1 + rnd_int(30000);
 		else if (!c->in_xact && chance(1))
 			hangup_us = 1 + rnd_int(20000);
+	}
+	if (grant_call)
+	{
+		/* a lifetime and a minimum hold, by name, after the rest */
+		size_t		len = strlen(sql) - 1;	/* without its ")" */
+		Arg			lt = {0},
+					mh = {0};
+
+		for (int i = nparams; i < 4; i++)
+			arg_free(&args[i]);	/* a ttl the call leaves out */
+		lifetime = choose_lifetime(&lt, &lifetime_given);
+		choose_min_hold(&mh, &min_hold_given);
+		/* now and then a durable lease held a minute, for the restart */
+		if (!ch.default_owner && chance(0.3))
+		{
+			arg_free(&args[1]);
+			arg_set(&args[1], "10 min");
+			arg_free(&mh);
+			arg_set(&mh, "1 min");
+			min_hold_given = true;
+		}
+		memcpy(grant_sql, sql, len);
+		if (lifetime_given)
+		{
+			len += snprintf(grant_sql + len, sizeof(grant_sql) - len, ", lifetime => $%d", nparams + 1);
+			args[nparams++] = lt;
+		}
+		else
+			arg_free(&lt);
+		if (min_hold_given)
+		{
+			len += snprintf(grant_sql + len, sizeof(grant_sql) - len, ", min_hold => $%d::interval", nparams + 1);
+			args[nparams++] = mh;
+		}
+		else
+			arg_free(&mh);
+		snprintf(grant_sql + len, sizeof(grant_sql) - len, ")");
+		sql = grant_sql;
 	}
 	else if (op < 60)
 	{
@@ -1135,6 +1532,10 @@ dlock_call(Client *c)
 	else
 		sql = "SELECT dlock_owner()";
 
+	was_uncertain = t != NULL && t->uncertain;
+	was_token = t != NULL ? t->token : 0;
+	was_in_xact = c->in_xact;
+	was_events = c->events;
 	t0 = load_now_us();
 	out = exec(c, sql, nparams, args, &res, cancel_us, hangup_us, sql);
 	t1 = load_now_us();
@@ -1161,6 +1562,9 @@ dlock_call(Client *c)
 		t->uncertain = true;	/* a grant may have happened and been undone */
 	if (out != OUT_LOST && c->in_xact)
 		c->xact_dlock_ops++;
+	if (grant_call)
+		judge_grant(c, &ch, t, out, granted, lifetime, min_hold_given,
+					was_uncertain, was_token, was_in_xact, was_events);
 
 	/* a holder writes a row with the token it was just granted */
 	wrote_row = sql == insert_row && out == OUT_OK;
@@ -1190,7 +1594,7 @@ dlock_call(Client *c)
 			PQclear(res);
 	}
 
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 6; i++)
 	{
 		if (args[i].v != ch.name.v && args[i].v != ch.owner.v)
 			arg_free(&args[i]);
@@ -1282,19 +1686,28 @@ end_xact(Client *c)
 
 	if (c->xact_failed || k < 30)
 	{
-		simple(c, "ROLLBACK");
+		/* (it does not commit even if the reply is lost) */
+		if (simple(c, "ROLLBACK") != OUT_LOST)
+			check_xact_leases(c);
 		c->st->rollbacks++;
 		forget_xact(c, true);
+		settle_pending(c, SETTLE_ROLLED_BACK);
 	}
 	else if (k < 35)
 	{
 		char		sql[64];
 		PGresult   *res;
+		Outcome		out;
 
 		/* refused with 0A000 if the transaction changed leases */
 		snprintf(sql, sizeof(sql), "PREPARE TRANSACTION 'fz-%d-%d'", c->id, c->gid);
 		c->st->prepares++;
-		if (exec(c, sql, 0, NULL, &res, 0, 0, "PREPARE TRANSACTION") == OUT_OK)
+		out = exec(c, sql, 0, NULL, &res, 0, 0, "PREPARE TRANSACTION");
+		/* refused: rolled back; prepared: it changed no lease */
+		settle_pending(c, out == OUT_ERROR ? SETTLE_ROLLED_BACK : SETTLE_UNKNOWN);
+		if (out != OUT_LOST)
+			check_xact_leases(c);
+		if (out == OUT_OK)
 		{
 			PQclear(res);
 			snprintf(sql, sizeof(sql), "%s PREPARED 'fz-%d-%d'",
@@ -1317,9 +1730,16 @@ end_xact(Client *c)
 
 			PQclear(res);
 			forget_xact(c, rolled_back);
+			settle_pending(c, rolled_back ? SETTLE_ROLLED_BACK : SETTLE_COMMITTED);
 		}
 		else
+		{
 			forget_xact(c, true);
+			/* a COMMIT that fails has not committed */
+			settle_pending(c, out == OUT_ERROR ? SETTLE_ROLLED_BACK : SETTLE_UNKNOWN);
+		}
+		if (out != OUT_LOST)
+			check_xact_leases(c);
 	}
 	c->in_xact = c->xact_failed = c->savepoint = false;
 }
@@ -1339,6 +1759,8 @@ transaction(Client *c)
 	c->savepoint = false;
 	c->xact_dlock_ops = 0;
 	c->xact_fenced = false;
+	c->npending = 0;
+	c->nxact_leases = 0;
 	c->st->xacts++;
 	if (chance(5))
 		simple(c, "SET TRANSACTION READ ONLY");
@@ -1358,7 +1780,20 @@ transaction(Client *c)
 		if (c->savepoint && (c->xact_failed || chance(20)))
 		{
 			/* holders touched since the savepoint may be undone */
-			simple(c, "ROLLBACK TO SAVEPOINT s");
+			if (simple(c, "ROLLBACK TO SAVEPOINT s") == OUT_OK)
+			{
+				int			kept = 0;
+
+				/* the grants made since are undone: no event, ever */
+				for (int p = 0; p < c->npending; p++)
+				{
+					if (!c->pending[p].after_savepoint)
+						c->pending[kept++] = c->pending[p];
+					else if (c->pending[p].events)
+						add_evtok(c, c->pending[p].token, TAG_R, 0);
+				}
+				c->npending = kept;
+			}
 			c->st->savepoint_rollbacks++;
 			c->xact_failed = false;
 			for (int d = 0; d < ndbs; d++)
@@ -1417,6 +1852,95 @@ client_main(int id, int64_t deadline)
 
 /* ------------------------------------------------------------------ monitor */
 
+/*
+ * Session and transaction leases in one database, now: none has a row in
+ * dlock_leases or is durable; a session lease not released within a hold
+ * names a live backend (dlock_locks.pid is NULL once that backend is gone,
+ * which is after its exit ended its leases); a lease released within its
+ * hold has one.  And the backend a bound lease names runs: a lease seen
+ * before and after a read of pg_stat_activity that lacks its pid outlived
+ * its backend's exit (whose session leases end, and whose transaction
+ * aborts, before it leaves pg_stat_activity).  Returns the violations.
+ */
+static long
+check_bound_leases(PGconn *conn, const char *db, Stats *st)
+{
+	PGresult   *a,
+			   *pids,
+			   *b;
+	long		bad = 0;
+	static const char bound_sql[] =
+		"SELECT token, pid FROM dlock_locks WHERE lifetime <> 'ttl' AND released_at IS NULL"
+		" AND pid IS NOT NULL ORDER BY token";
+
+	a = PQexec(conn,
+			   "SELECT l.token, format('\"%s\" token %s lifetime %s pid %s durable %s granted_at %s"
+			   " expires_at %s min_hold %s released_at %s', l.name, l.token, l.lifetime, l.pid, l.durable,"
+			   " l.granted_at, l.expires_at, l.min_hold, l.released_at),"
+			   " l.lifetime <> 'ttl' AND (l.durable OR r.name IS NOT NULL),"
+			   " l.lifetime = 'session' AND l.released_at IS NULL AND l.pid IS NULL,"
+			   " l.released_at IS NOT NULL AND l.min_hold IS NULL"
+			   " FROM dlock_locks l LEFT JOIN dlock_leases r ON r.name = l.name AND r.token = l.token"
+			   " WHERE l.lifetime <> 'ttl' OR l.released_at IS NOT NULL");
+	if (PQresultStatus(a) != PGRES_TUPLES_OK)
+	{
+		PQclear(a);
+		return 0;				/* (the caller's own query reports a failure) */
+	}
+	for (int i = 0; i < PQntuples(a); i++)
+	{
+		const char *what = PQgetvalue(a, i, 1);
+
+		if (strcmp(PQgetvalue(a, i, 2), "t") == 0)
+		{
+			bad++;
+			violation(st, "%s: a session or transaction lease has a row or is durable: %s", db, what);
+		}
+		if (strcmp(PQgetvalue(a, i, 3), "t") == 0)
+		{
+			bad++;
+			violation(st, "%s: a session lease outlived its backend (pid NULL): %s", db, what);
+		}
+		if (strcmp(PQgetvalue(a, i, 4), "t") == 0)
+		{
+			bad++;
+			violation(st, "%s: a lease is marked released but has no minimum hold: %s", db, what);
+		}
+	}
+	PQclear(a);
+
+	a = PQexec(conn, bound_sql);
+	pids = PQexec(conn, "SELECT pid FROM pg_stat_activity");
+	b = PQexec(conn, bound_sql);
+	if (PQresultStatus(a) == PGRES_TUPLES_OK && PQresultStatus(pids) == PGRES_TUPLES_OK &&
+		PQresultStatus(b) == PGRES_TUPLES_OK)
+	{
+		for (int i = 0; i < PQntuples(a); i++)
+		{
+			const char *pid = PQgetvalue(a, i, 1);
+			bool		running = false;
+
+			for (int j = 0; j < PQntuples(pids) && !running; j++)
+				running = strcmp(PQgetvalue(pids, j, 0), pid) == 0;
+			for (int j = 0; j < PQntuples(b) && !running; j++)
+			{
+				if (strcmp(PQgetvalue(b, j, 0), PQgetvalue(a, i, 0)) == 0 &&
+					strcmp(PQgetvalue(b, j, 1), pid) == 0)
+				{
+					bad++;
+					violation(st, "%s: lease token %s is bound to pid %s, which pg_stat_activity"
+							  " did not show between two reads that showed the lease", db,
+							  PQgetvalue(a, i, 0), pid);
+				}
+			}
+		}
+	}
+	PQclear(a);
+	PQclear(pids);
+	PQclear(b);
+	return bad;
+}
+
 /* Samples dlock_locks in every database while the clients run. */
 static void
 monitor_main(int64_t deadline)
@@ -1473,6 +1997,7 @@ monitor_main(int64_t deadline)
 						   false, 1);
 			}
 			PQclear(res);
+			check_bound_leases(conns[d], db_list[d], st);
 		}
 		load_sleep_us(50000);
 	}
@@ -1480,6 +2005,624 @@ monitor_main(int64_t deadline)
 		PQfinish(conns[d]);
 	st->finished = 1;
 	exit(0);
+}
+
+/* ------------------------------------------------------------------ events */
+
+/* The raw text of the JSON string at p (after its opening quote). */
+static const char *
+json_string(const char *p, const char **start, size_t *len)
+{
+	*start = p;
+	while (*p != '\0' && *p != '"')
+	{
+		if (*p == '\\' && p[1] != '\0')
+			p++;
+		p++;
+	}
+	if (*p != '"')
+		return NULL;
+	*len = (size_t) (p - *start);
+	return p + 1;
+}
+
+/* The client whose private owner (of this run) s is, or -1. */
+static int
+private_owner_client(const char *s, size_t len)
+{
+	char		buf[48],
+				canon[48];
+	int			id,
+				o,
+				n = 0;
+	unsigned	nonce;
+
+	if (len >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (sscanf(buf, "c%d.%x-o%d%n", &id, &nonce, &o, &n) != 3 || n != (int) len ||
+		nonce != run_nonce || id < 0 || id >= MAX_CLIENTS)
+		return -1;
+	snprintf(canon, sizeof(canon), "c%d.%x-o%d", id, nonce, o);
+	return strcmp(canon, buf) == 0 ? id : -1;
+}
+
+/* Whether s is a tracked name, n0 .. n<names-1>. */
+static bool
+tracked_name(const char *s, size_t len)
+{
+	char		buf[16],
+				canon[16];
+	int			k;
+
+	if (len >= sizeof(buf))
+		return false;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (sscanf(buf, "n%d", &k) != 1 || k < 0 || k >= opts.names)
+		return false;
+	snprintf(canon, sizeof(canon), "n%d", k);
+	return strcmp(canon, buf) == 0;
+}
+
+static int
+word_index(const char *const *words, int n, const char *s, size_t len)
+{
+	for (int i = 0; i < n; i++)
+		if (strlen(words[i]) == len && memcmp(words[i], s, len) == 0)
+			return i;
+	return -1;
+}
+
+/*
+ * Parses one payload of database db: {"event": "granted", "name": "...",
+ * "owner": "...", "token": N, "mode": "...", "lifetime": "...", "seq": N},
+ * or {"event": "lost", "count": N}.  Strings keep their escapes: the name
+ * is only hashed, and private owners need none.  False if malformed.
+ */
+static bool
+parse_event(const char *payload, int db, Event *ev)
+{
+	const char *p = payload;
+	int			have = 0;		/* bits: the keys seen */
+
+	memset(ev, 0, sizeof(*ev));
+	ev->client = -1;
+	ev->db = (uint8_t) db;
+	ev->kind = EV_BAD;
+	ev->lifetime = LT_UNKNOWN;
+	while (*p == ' ')
+		p++;
+	if (*p++ != '{')
+		return false;
+	for (;;)
+	{
+		const char *key,
+				   *val = NULL;
+		size_t		klen,
+					vlen = 0;
+		int64_t		num = 0;
+		static const char *const keys[] = {"event", "name", "owner", "token", "mode", "lifetime", "seq", "count"};
+		static const char *const modes[] = {"exclusive", "shared"};
+		int			k,
+					w;
+
+		while (*p == ' ')
+			p++;
+		if (*p++ != '"' || (p = json_string(p, &key, &klen)) == NULL)
+			return false;
+		while (*p == ' ')
+			p++;
+		if (*p++ != ':')
+			return false;
+		while (*p == ' ')
+			p++;
+		if (*p == '"')
+		{
+			if ((p = json_string(p + 1, &val, &vlen)) == NULL)
+				return false;
+		}
+		else
+		{
+			char	   *end;
+
+			errno = 0;
+			num = strtoll(p, &end, 10);
+			if (end == p || errno != 0)
+				return false;
+			p = end;
+		}
+		k = word_index(keys, 8, key, klen);
+		if (k < 0 || (have & (1 << k)) || (val == NULL) != (k == 3 || k == 6 || k == 7))
+			return false;
+		have |= 1 << k;
+		switch (k)
+		{
+			case 0:
+				if ((w = word_index(event_names, EV_BAD, val, vlen)) < 0)
+					return false;
+				ev->kind = (uint8_t) w;
+				break;
+			case 1:
+				ev->name = fnv(fnv(UINT64_C(0xcbf29ce484222325), &db, sizeof(db)), val, vlen);
+				ev->tracked = tracked_name(val, vlen);
+				break;
+			case 2:
+				ev->client = (int16_t) private_owner_client(val, vlen);
+				break;
+			case 3:
+				ev->token = num;
+				break;
+			case 4:
+				if ((w = word_index(modes, 2, val, vlen)) < 0)
+					return false;
+				ev->shared = (uint8_t) w;
+				break;
+			case 5:
+				if ((w = word_index(lifetime_names, LT_UNKNOWN, val, vlen)) < 0)
+					return false;
+				ev->lifetime = (uint8_t) w;
+				break;
+			case 6:
+				ev->seq = num;
+				break;
+			default:
+				ev->lost = num;
+				break;
+		}
+		while (*p == ' ')
+			p++;
+		if (*p == ',')
+		{
+			p++;
+			continue;
+		}
+		if (*p++ != '}' || *p != '\0')
+			return false;
+		break;
+	}
+	if (ev->kind == EV_LOST)
+		return have == (1 << 0 | 1 << 7) && ev->lost > 0;
+	return have == 0x7f;
+}
+
+/*
+ * One LISTEN connection per database records every change event until the
+ * checker says stop, in shared memory, in order of arrival.
+ */
+static void
+listener_main(void)
+{
+	PGconn	   *conns[MAX_DBS];
+
+	for (int d = 0; d < ndbs; d++)
+	{
+		conns[d] = checker_conn(db_list[d]);
+		PQclear(load_must(conns[d], "LISTEN dlock"));
+	}
+	__atomic_store_n(&listen_state->ready, 1, __ATOMIC_RELEASE);
+	for (;;)
+	{
+		bool		stop = __atomic_load_n(&listen_state->stop, __ATOMIC_ACQUIRE);
+		struct pollfd pfd[MAX_DBS];
+
+		for (int d = 0; d < ndbs; d++)
+			pfd[d] = (struct pollfd) {conns[d] ? PQsocket(conns[d]) : -1, POLLIN, 0};
+		if (!stop)
+			poll(pfd, ndbs, 100);
+		for (int d = 0; d < ndbs; d++)
+		{
+			PGnotify   *n;
+
+			if (conns[d] == NULL)
+				continue;
+			if (!PQconsumeInput(conns[d]))
+			{
+				listen_state->lost_conn = 1;
+				PQfinish(conns[d]);
+				conns[d] = NULL;
+				continue;
+			}
+			while ((n = PQnotifies(conns[d])) != NULL)
+			{
+				int			i = listen_state->nevents;
+
+				if (i < MAX_EVENTS)
+				{
+					if (!parse_event(n->extra, d, &events[i]))
+					{
+						if (listen_state->malformed++ == 0)
+							snprintf(listen_state->bad_payload, sizeof(listen_state->bad_payload),
+									 "%s", n->extra);
+					}
+					else
+					{
+						events[i].arrival = i;
+						__atomic_store_n(&listen_state->nevents, i + 1, __ATOMIC_RELEASE);
+					}
+				}
+				PQfreemem(n);
+			}
+		}
+		if (stop)
+			break;
+	}
+	for (int d = 0; d < ndbs; d++)
+		if (conns[d])
+			PQfinish(conns[d]);
+	exit(0);
+}
+
+/* The outcome of an event check; its messages are kept for the self-test */
+typedef struct Report
+{
+	Stats	   *st;				/* NULL: quiet */
+	long		bad;
+	char		text[2000];
+} Report;
+
+static void
+ev_fail(Report *r, const char *fmt,...)
+{
+	va_list		ap;
+	char		msg[400];
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	r->bad++;
+	snprintf(r->text + strlen(r->text), sizeof(r->text) - strlen(r->text), "%s; ", msg);
+	if (r->st)
+		violation(r->st, "events: %s", msg);
+}
+
+static int
+cmp_ev_token(const void *a, const void *b)
+{
+	const Event *x = a,
+			   *y = b;
+
+	if (x->token != y->token)
+		return x->token < y->token ? -1 : 1;
+	return x->arrival < y->arrival ? -1 : x->arrival > y->arrival;
+}
+
+static int
+cmp_ev_seq(const void *a, const void *b)
+{
+	const Event *x = a,
+			   *y = b;
+
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int
+cmp_ev_name(const void *a, const void *b)
+{
+	const Event *x = a,
+			   *y = b;
+
+	if (x->name != y->name)
+		return x->name < y->name ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The first event of token in ev[0..n) sorted by token, or NULL. */
+static const Event *
+find_token(const Event *ev, size_t n, int64_t token)
+{
+	size_t		lo = 0,
+				hi = n;
+
+	while (lo < hi)
+	{
+		size_t		mid = (lo + hi) / 2;
+
+		if (ev[mid].token < token)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && ev[lo].token == token ? &ev[lo] : NULL;
+}
+
+/*
+ * Checks the change events ev[0..n) (reordered here) against what the
+ * clients know (tags; known[c] and uncertain[c], the counts of client c's
+ * certainly committed and uncertain grants of tracked holders in sessions
+ * with events on) and the leases live now (live: tokens, with their
+ * databases):
+ *   - seq is unique; a lease (token) has one "granted", then at most one
+ *     end, with a higher seq and the same lifetime; "ended" only for a
+ *     session or transaction lease; no shared mode (the fuzz asks none);
+ *   - per name, in seq order, grants and ends alternate (exclusive leases),
+ *     every end ends the live lease, and granted tokens grow;
+ *   - a lease with no end is live now;
+ *   - every certainly committed new grant of a session with events on has
+ *     its "granted", with the lifetime asked for; no event carries the token
+ *     of a grant rolled back or made with events off;
+ *   - client c's tracked holders have at least known[c] and at most
+ *     known[c] + uncertain[c] grants.
+ * Ends lost by the server ("lost" events, documented beyond 1,024 pending
+ * ones) excuse as many missing ends in their database, and nothing else.
+ */
+static void
+check_events(Event *ev, size_t n, const EvTok *tags, size_t ntags, const long *known,
+			 const long *uncertain, int nclients, const EvTok *live, size_t nlive, Report *r)
+{
+	long		lost[MAX_DBS] = {0},
+				unended[MAX_DBS] = {0},
+				overlaps[MAX_DBS] = {0};
+	long		grants[MAX_CLIENTS] = {0};
+	size_t		m = 0;
+
+	/* "lost" events out of the way, at the end */
+	for (size_t i = 0; i < n; i++)
+	{
+		if (ev[i].kind == EV_LOST)
+			lost[ev[i].db] += ev[i].lost;
+		else
+		{
+			Event		t = ev[m];
+
+			ev[m++] = ev[i];
+			ev[i] = t;
+		}
+	}
+
+	qsort(ev, m, sizeof(Event), cmp_ev_seq);
+	for (size_t i = 1; i < m; i++)
+		if (ev[i].seq == ev[i - 1].seq)
+			ev_fail(r, "seq %" PRId64 " twice (tokens %" PRId64 " and %" PRId64 ")",
+					ev[i].seq, ev[i - 1].token, ev[i].token);
+
+	qsort(ev, m, sizeof(Event), cmp_ev_name);
+	for (size_t i = 0; i < m;)
+	{
+		size_t		j;
+		int64_t		holder = 0,
+					top = 0;
+
+		for (j = i; j < m && ev[j].name == ev[i].name; j++)
+		{
+			const Event *e = &ev[j];
+
+			if (e->kind == EV_GRANTED)
+			{
+				if (holder != 0)
+					overlaps[e->db]++;
+				if (e->token <= top)
+					ev_fail(r, "seq %" PRId64 " grants token %" PRId64 " of a name, not above its token %" PRId64,
+							e->seq, e->token, top);
+				top = e->token > top ? e->token : top;
+				holder = e->token;
+			}
+			else
+			{
+				if (e->token != holder)
+					ev_fail(r, "seq %" PRId64 " ends token %" PRId64 " (%s), which is not the name's live lease (%" PRId64 ")",
+							e->seq, e->token, event_names[e->kind], holder);
+				holder = 0;
+			}
+		}
+		i = j;
+	}
+
+	qsort(ev, m, sizeof(Event), cmp_ev_token);
+	for (size_t i = 0; i < m;)
+	{
+		size_t		j = i;
+		const Event *g = &ev[i];
+
+		while (j < m && ev[j].token == g->token)
+			j++;
+		if (g->kind != EV_GRANTED || j - i > 2 || (j - i == 2 && ev[i + 1].kind == EV_GRANTED))
+		{
+			char		kinds[64] = "";
+
+			for (size_t k = i; k < j && k < i + 4; k++)
+				snprintf(kinds + strlen(kinds), sizeof(kinds) - strlen(kinds), " %s", event_names[ev[k].kind]);
+			ev_fail(r, "token %" PRId64 ": events%s (want granted, then one end)", g->token, kinds);
+		}
+		else if (j - i == 2)
+		{
+			const Event *e = &ev[i + 1];
+
+			if (e->seq < g->seq)
+				ev_fail(r, "token %" PRId64 ": its end has a lower seq than its grant", g->token);
+			if (e->lifetime != g->lifetime || e->db != g->db || e->name != g->name)
+				ev_fail(r, "token %" PRId64 ": granted as %s, ended as %s (or on another name)",
+						g->token, lifetime_names[g->lifetime], lifetime_names[e->lifetime]);
+			if (e->kind == EV_ENDED && g->lifetime == LT_TTL)
+				ev_fail(r, "token %" PRId64 ": a ttl lease sent \"ended\"", g->token);
+		}
+		else
+		{
+			/* no end yet: live now */
+			bool		is_live = false;
+
+			for (size_t k = 0; k < nlive && !is_live; k++)
+				is_live = live[k].token == g->token && live[k].db == g->db;
+			if (!is_live)
+				unended[g->db]++;
+		}
+		if (g->shared)
+			ev_fail(r, "token %" PRId64 ": mode shared, which the fuzz never asks", g->token);
+		if (g->kind == EV_GRANTED && g->client >= 0 && g->tracked)
+			grants[g->client]++;
+		i = j;
+	}
+	for (int d = 0; d < MAX_DBS; d++)
+	{
+		if (unended[d] > lost[d])
+			ev_fail(r, "%s: %ld leases sent \"granted\", never an end, and are not live (%ld ends lost)",
+					d < ndbs ? db_list[d] : "?", unended[d], lost[d]);
+		if (overlaps[d] > lost[d])
+			ev_fail(r, "%s: %ld grants of a name while its last granted lease had sent no end (%ld ends lost)",
+					d < ndbs ? db_list[d] : "?", overlaps[d], lost[d]);
+	}
+
+	for (size_t i = 0; i < ntags; i++)
+	{
+		const Event *e = find_token(ev, m, tags[i].token);
+		static const char *const what[] = {"a committed new grant", "a rolled-back grant",
+		"a grant with events off"};
+
+		if (tags[i].tag == TAG_K)
+		{
+			if (e == NULL || e->kind != EV_GRANTED || e->db != tags[i].db)
+				ev_fail(r, "token %" PRId64 ", %s of a session with events on, was never sent as granted",
+						tags[i].token, what[0]);
+			else if (e->lifetime != tags[i].lifetime)
+				ev_fail(r, "token %" PRId64 " was asked with lifetime %s, its event says %s",
+						tags[i].token, lifetime_names[tags[i].lifetime], lifetime_names[e->lifetime]);
+		}
+		else if (e != NULL)
+			ev_fail(r, "token %" PRId64 ", %s, sent event %s", tags[i].token, what[tags[i].tag],
+					event_names[e->kind]);
+	}
+	for (int c = 0; c < nclients; c++)
+	{
+		if (grants[c] < known[c] || grants[c] > known[c] + uncertain[c])
+			ev_fail(r, "c%d: %ld \"granted\" events of its tracked holders; it made %ld committed new grants"
+					" with events on, and %ld grant calls with an unknown outcome",
+					c, grants[c], known[c], uncertain[c]);
+	}
+}
+
+/* The event checker on a valid stream, then on each of a set of doctored ones. */
+static int
+events_self_test(void)
+{
+	static const Event base[] = {
+		/* token, seq, name, lost, arrival, client, db, kind, lifetime */
+		{101, 1, 1, 0, 0, 0, 0, EV_GRANTED, LT_TTL, 0, 1},
+		{101, 2, 1, 0, 1, 0, 0, EV_RELEASED, LT_TTL, 0, 1},
+		{103, 4, 1, 0, 2, 0, 0, EV_GRANTED, LT_SESSION, 0, 1},
+		{102, 3, 2, 0, 3, -1, 0, EV_GRANTED, LT_XACT, 0, 0},
+		{102, 5, 2, 0, 4, -1, 0, EV_ENDED, LT_XACT, 0, 0},
+		{103, 6, 1, 0, 5, 0, 0, EV_ENDED, LT_SESSION, 0, 1},
+		{104, 7, 1, 0, 6, 1, 0, EV_GRANTED, LT_TTL, 0, 1},
+		{105, 8, 2, 0, 7, -1, 0, EV_GRANTED, LT_TTL, 0, 0},
+		{105, 9, 2, 0, 8, -1, 0, EV_EXPIRED, LT_TTL, 0, 0},
+	};
+	static const EvTok tags[] = {{101, 0, TAG_K, LT_TTL}, {103, 0, TAG_K, LT_SESSION},
+	{99, 0, TAG_R, 0}, {98, 0, TAG_OFF, 0}};
+	static const EvTok live[] = {{104, 0, 0, 0}};
+	long		known[2] = {2, 0},
+				uncertain[2] = {0, 1};
+	const size_t nb = sizeof(base) / sizeof(base[0]);
+	struct
+	{
+		const char *what;
+		int			change;		/* which doctoring */
+		const char *want;		/* in the report */
+	}			cases[] = {
+		{"an end missing", 1, "not live"},
+		{"a grant missing", 2, "want granted, then one end"},
+		{"an end with a lower seq", 3, "lower seq"},
+		{"a seq twice", 4, "twice"},
+		{"two holders of a name", 5, "had sent no end"},
+		{"a token that goes back", 6, "not above"},
+		{"an event of a rolled-back grant", 7, "rolled-back"},
+		{"an event of a grant with events off", 8, "events off"},
+		{"a committed grant never sent", 9, "never sent"},
+		{"a lifetime other than asked", 10, "asked with lifetime"},
+		{"a ttl lease \"ended\"", 11, "a ttl lease sent"},
+		{"an end twice", 12, "want granted, then one end"},
+		{"more grants than calls", 13, "unknown outcome"},
+		{"an end of a lease not live", 14, "not the name's live lease"},
+		{"a lost end excuses one missing end, not two", 15, "ends lost"},
+	};
+	Event		ev[16];
+	Report		r = {0};
+	int			failed = 0;
+
+	run_nonce = 0xabc;
+	memcpy(ev, base, sizeof(base));
+	check_events(ev, nb, tags, 4, known, uncertain, 2, live, 1, &r);
+	if (r.bad)
+	{
+		printf("self-test: the valid stream fails: %s\n", r.text);
+		return 1;
+	}
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+	{
+		size_t		n = nb;
+		EvTok		t[4];
+		size_t		nt = 4;
+
+		memcpy(ev, base, sizeof(base));
+		memcpy(t, tags, sizeof(tags));
+		switch (cases[c].change)
+		{
+			case 1:				/* 105's expiry lost */
+				ev[8] = ev[--n];
+				break;
+			case 2:
+				ev[0] = ev[--n];
+				break;
+			case 3:
+				ev[1].seq = 0;
+				break;
+			case 4:
+				ev[8].seq = 1;
+				break;
+			case 5:				/* 101's release arrives after 103's grant */
+				ev[1].seq = 5;
+				ev[2].seq = 4;
+				ev[5].seq = 10;
+				break;
+			case 6:
+				ev[6].token = 100;
+				break;
+			case 7:
+				t[0].tag = TAG_R;
+				break;
+			case 8:
+				t[1].tag = TAG_OFF;
+				break;
+			case 9:
+				t[2] = (EvTok) {106, 0, TAG_K, LT_TTL};
+				break;
+			case 10:
+				t[0].lifetime = LT_XACT;
+				break;
+			case 11:
+				ev[8].kind = EV_ENDED;
+				break;
+			case 12:
+				ev[n] = ev[8];
+				ev[n].seq = 20;
+				ev[n++].arrival = 20;
+				break;
+			case 13:
+				ev[7].client = 1;
+				ev[7].tracked = 1;
+				break;
+			case 14:
+				ev[n] = (Event) {107, 30, 1, 0, 30, -1, 0, EV_EXPIRED, LT_TTL, 0, 1};
+				n++;
+				break;
+			case 15:
+				ev[8] = (Event) {0, 0, 0, 1, 8, -1, 0, EV_LOST, LT_UNKNOWN, 0, 0};
+				ev[5] = ev[--n];
+				break;
+		}
+		r = (Report) {0};
+		check_events(ev, n, t, nt, known, uncertain, 2, live, 1, &r);
+		if (strstr(r.text, cases[c].want) != NULL)
+			printf("self-test: %-45s caught: %.100s\n", cases[c].what, strstr(r.text, cases[c].want));
+		else
+		{
+			printf("self-test: %-45s NOT CAUGHT (want \"%s\"; got: %s)\n", cases[c].what,
+				   cases[c].want, r.bad ? r.text : "nothing");
+			failed++;
+		}
+	}
+	printf("RESULT: %s\n", failed ? "FAIL" : "PASS");
+	return failed ? 1 : 0;
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -1660,6 +2803,80 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	}
 	PQclear(res);
 
+	/*
+	 * Session and transaction leases: once every client backend has gone,
+	 * none is left but those released within their minimum hold.
+	 */
+	for (int i = 0; i < 100; i++)
+	{
+		res = load_must(conn, "SELECT count(*) FROM pg_stat_activity"
+						" WHERE application_name ~ '^dlock_fuzz (c[0-9]+|observer)$'");
+		waiting = atoi(PQgetvalue(res, 0, 0));
+		PQclear(res);
+		if (waiting == 0)
+			break;
+		load_sleep_us(100000);
+	}
+	if (waiting != 0)
+	{
+		bad++;
+		violation(st, "%s: %d client backends still running 10 s after the end", db_list[d], waiting);
+	}
+	bad += check_bound_leases(conn, db_list[d], st);
+	res = load_must(conn,
+			   "SELECT format('\"%s\" token %s lifetime %s pid %s granted_at %s expires_at %s', name, token,"
+			   " lifetime, pid, granted_at, expires_at) FROM dlock_locks"
+			   " WHERE lifetime <> 'ttl' AND released_at IS NULL");
+	for (int i = 0; i < PQntuples(res); i++)
+	{
+		bad++;
+		violation(st, "%s: a lease outlived its session or transaction: %s", db_list[d], PQgetvalue(res, i, 0));
+	}
+	PQclear(res);
+
+	/* a release within a hold keeps the lease until the hold's end, no longer */
+	res = load_must(conn,
+			   "SELECT format('\"%s\" token %s lifetime %s granted_at %s min_hold %s released_at %s expires_at %s',"
+			   " name, token, lifetime, granted_at, min_hold, released_at, expires_at) FROM dlock_locks"
+			   " WHERE released_at IS NOT NULL AND expires_at > granted_at + min_hold + interval '100 ms'");
+	for (int i = 0; i < PQntuples(res); i++)
+	{
+		bad++;
+		violation(st, "%s: a lease released within its hold lasts beyond the hold: %s", db_list[d], PQgetvalue(res, i, 0));
+	}
+	PQclear(res);
+
+	/*
+	 * Durable holds: after a sweep (which deletes the rows of leases that
+	 * ended), every hold row has its lease row, and a durable live lease's
+	 * min_hold and released_at are its hold row's.
+	 */
+	PQclear(load_must(conn, "SELECT dlock_sweep()"));
+	if (inject)
+		PQclear(load_must(conn, "INSERT INTO dlock_lease_holds VALUES ('injected', 1, '1 s', NULL)"));
+	res = load_must(conn,
+			   "SELECT format('\"%s\" token %s min_hold %s released_at %s', h.name, h.token, h.min_hold, h.released_at)"
+			   " FROM dlock_lease_holds h LEFT JOIN dlock_leases r ON r.name = h.name AND r.token = h.token"
+			   " WHERE r.name IS NULL");
+	for (int i = 0; i < PQntuples(res); i++)
+	{
+		bad++;
+		violation(st, "%s: a hold row without its lease row after a sweep: %s", db_list[d], PQgetvalue(res, i, 0));
+	}
+	PQclear(res);
+	res = load_must(conn,
+			   "SELECT format('\"%s\" token %s: memory: min_hold %s released_at %s; row: min_hold %s released_at %s',"
+			   " l.name, l.token, l.min_hold, l.released_at, h.min_hold, h.released_at)"
+			   " FROM dlock_locks l LEFT JOIN dlock_lease_holds h ON h.name = l.name AND h.token = l.token"
+			   " WHERE l.durable AND (l.min_hold IS DISTINCT FROM h.min_hold"
+			   " OR l.released_at IS DISTINCT FROM h.released_at)");
+	for (int i = 0; i < PQntuples(res); i++)
+	{
+		bad++;
+		violation(st, "%s: a durable lease's hold differs from its hold row: %s", db_list[d], PQgetvalue(res, i, 0));
+	}
+	PQclear(res);
+
 	/* no row was written by an UPDATE that carried no token */
 	res = load_must(conn, "SELECT count(*) FROM fz_rows WHERE stale");
 	if (atoi(PQgetvalue(res, 0, 0)) != 0)
@@ -1701,6 +2918,8 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	return bad;
 }
 
+static void hold_bound_leases(void);
+
 /* Durable live leases of every database, for --verify after a restart. */
 static void
 write_snapshot(const char *path, int64_t max_token)
@@ -1722,21 +2941,103 @@ write_snapshot(const char *path, int64_t max_token)
 		 * A release's commit is not waited for: flush the run's last ones, so
 		 * that the snapshot is what a crash must bring back.
 		 */
+		/* durable leases with a minimum hold, one of them released within it */
+		PQclear(load_must(conn, "SELECT dlock_try('hold-held', '1 hour', 'checker', min_hold => '10 min'),"
+						  " dlock_try('hold-released', '1 hour', 'checker', min_hold => '10 min')"));
+		PQclear(load_must(conn, "SELECT dlock_release('hold-released', 'checker')"));
 		if (d == 0)
 			PQclear(load_must(conn, "CHECKPOINT"));
 		res = load_must(conn,
 								"SELECT encode(convert_to(name, 'UTF8'), 'hex'), encode(convert_to(owner, 'UTF8'), 'hex'),"
-								" role::text, token, expires_at > clock_timestamp() + interval '30 s'"
+								" role::text, token, expires_at > clock_timestamp() + interval '30 s',"
+								" coalesce(extract(epoch FROM min_hold)::text, '-'), released_at IS NOT NULL"
 								" FROM dlock_locks WHERE durable ORDER BY name");
 
 		for (int i = 0; i < PQntuples(res); i++)
-			fprintf(f, "lease %s %s %s %s %s %s\n", db_list[d], PQgetvalue(res, i, 0),
+			fprintf(f, "lease %s %s %s %s %s %s %s %s\n", db_list[d], PQgetvalue(res, i, 0),
 					PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
-					PQgetvalue(res, i, 4));
+					PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6));
 		PQclear(res);
 		PQfinish(conn);
 	}
 	fclose(f);
+	hold_bound_leases();
+}
+
+/*
+ * For the restart: a process that holds session and transaction leases
+ * (one of them released within its minimum hold, one the default owner's)
+ * in every database until the server goes down, which kills their
+ * connections (or for 5 minutes).  None may come back.
+ */
+static void
+hold_bound_leases(void)
+{
+	int			pipefd[2];
+	pid_t		pid;
+	char		c;
+
+	if (pipe(pipefd) != 0)
+	{
+		perror("pipe");
+		exit(2);
+	}
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0)
+	{
+		perror("fork");
+		exit(2);
+	}
+	if (pid == 0)
+	{
+		PGconn	   *conns[MAX_DBS];
+		int64_t		until = load_now_us() + 300000000;
+
+		close(pipefd[0]);
+		for (int d = 0; d < ndbs; d++)
+		{
+			conns[d] = checker_conn(db_list[d]);
+			PQclear(load_must(conns[d],
+							  "SELECT dlock_try('gone-session', '1 hour', 'checker-s', lifetime => 'session'),"
+							  " dlock_try('gone-session-held', '1 hour', 'checker-s', lifetime => 'session',"
+							  " min_hold => '10 min'), dlock_try('gone-default', '1 hour')"));
+			PQclear(load_must(conns[d], "SELECT dlock_release('gone-session-held', 'checker-s')"));
+			PQclear(load_must(conns[d], "BEGIN"));
+			PQclear(load_must(conns[d],
+							  "SELECT dlock_try('gone-xact', '1 hour', 'checker-x', lifetime => 'transaction'),"
+							  " dlock_try('gone-xact-held', '1 hour', 'checker-x', lifetime => 'transaction',"
+							  " min_hold => '10 min')"));
+		}
+		/* (nobody waits for this process's output) */
+		if (write(pipefd[1], "r", 1) != 1)
+			exit(2);
+		close(pipefd[1]);
+		if (freopen("/dev/null", "w", stdout) == NULL || freopen("/dev/null", "w", stderr) == NULL)
+			exit(2);
+		while (load_now_us() < until)
+		{
+			struct pollfd pfd[MAX_DBS];
+			bool		gone = false;
+
+			for (int d = 0; d < ndbs; d++)
+				pfd[d] = (struct pollfd) {PQsocket(conns[d]), POLLIN, 0};
+			poll(pfd, ndbs, 1000);
+			for (int d = 0; d < ndbs; d++)
+				gone |= !PQconsumeInput(conns[d]) || PQstatus(conns[d]) != CONNECTION_OK;
+			if (gone)
+				break;
+		}
+		exit(0);
+	}
+	close(pipefd[1]);
+	if (read(pipefd[0], &c, 1) != 1)
+	{
+		fprintf(stderr, "dlock_fuzz: the holder of session and transaction leases failed\n");
+		exit(2);
+	}
+	close(pipefd[0]);
 }
 
 /*
@@ -1770,7 +3071,8 @@ verify_snapshot(const char *path)
 		PGconn	   *conn = checker_conn(db_list[d]);
 		PGresult   *res = load_must(conn,
 								"SELECT encode(convert_to(name, 'UTF8'), 'hex'), encode(convert_to(owner, 'UTF8'), 'hex'),"
-								" role::text, token FROM dlock_locks ORDER BY name");
+								" role::text, token, coalesce(extract(epoch FROM min_hold)::text, '-'),"
+								" released_at IS NOT NULL FROM dlock_locks ORDER BY name");
 		int			nrows = PQntuples(res);
 		bool	   *matched = calloc(nrows + 1, sizeof(bool));
 		char		tok[64];
@@ -1784,12 +3086,14 @@ verify_snapshot(const char *path)
 						name[1024],
 						owner[1024],
 						role[128],
-						longlived[8];
+						longlived[8],
+						min_hold[64],
+						released[8];
 			int64_t		token;
 			bool		found = false;
 
-			if (sscanf(line, "lease %127s %1023s %1023s %127s %" SCNd64 " %7s",
-					   db, name, owner, role, &token, longlived) != 6 ||
+			if (sscanf(line, "lease %127s %1023s %1023s %127s %" SCNd64 " %7s %63s %7s",
+					   db, name, owner, role, &token, longlived, min_hold, released) != 8 ||
 				strcmp(db, db_list[d]) != 0)
 				continue;
 			snprintf(tok, sizeof(tok), "%" PRId64, token);
@@ -1802,6 +3106,15 @@ verify_snapshot(const char *path)
 				{
 					matched[i] = found = true;
 					back++;
+					/* with its minimum hold, released within it or not */
+					if (strcmp(PQgetvalue(res, i, 4), min_hold) != 0 ||
+						strcmp(PQgetvalue(res, i, 5), released) != 0)
+					{
+						bad++;
+						violation(&st, "%s: lease on name (hex) %s token %s came back with min_hold %s,"
+								  " released %s; it had %s, released %s", db, name, tok,
+								  PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), min_hold, released);
+					}
 				}
 			}
 			if (strcmp(longlived, "t") == 0)
@@ -1827,6 +3140,17 @@ verify_snapshot(const char *path)
 		free(matched);
 		PQclear(res);
 
+		/* no session or transaction lease comes back (gone-*: held through the restart) */
+		res = load_must(conn, "SELECT format('\"%s\" token %s lifetime %s', name, token, lifetime)"
+						" FROM dlock_locks WHERE lifetime <> 'ttl' OR name LIKE 'gone-%'");
+		for (int i = 0; i < PQntuples(res); i++)
+		{
+			bad++;
+			violation(&st, "%s: a session or transaction lease came back after the restart: %s",
+					  db_list[d], PQgetvalue(res, i, 0));
+		}
+		PQclear(res);
+
 		res = load_must(conn, "SELECT dlock_try('after-restart', '1 s', 'checker')");
 		if (PQgetisnull(res, 0, 0) || load_int64(res, 0, 0) <= max_token)
 		{
@@ -1842,6 +3166,109 @@ verify_snapshot(const char *path)
 		   back >= expected_back ? expected_back : back, expected_back, back, bad);
 	printf("RESULT: %s\n", bad ? "FAIL" : "PASS");
 	return bad ? 1 : 0;
+}
+
+/* The leases live now in every database (their tokens), into *live. */
+static size_t
+live_tokens(PGconn **conns, EvTok **live)
+{
+	size_t		n = 0;
+
+	for (int d = 0; d < ndbs; d++)
+	{
+		PGresult   *res = load_must(conns[d], "SELECT token FROM dlock_locks");
+
+		*live = realloc(*live, sizeof(EvTok) * (n + PQntuples(res) + 1));
+		for (int i = 0; i < PQntuples(res); i++)
+		{
+			(*live)[n].token = load_int64(res, i, 0);
+			(*live)[n++].db = (uint8_t) d;
+		}
+		PQclear(res);
+	}
+	return n;
+}
+
+/*
+ * After the run: waits (10 s at most) until the events received so far
+ * agree with what the clients know and with the leases live now (every
+ * lease that ended has sent its end), then stops the listener and checks
+ * the whole stream against those live leases (later events can only end
+ * more of them).
+ */
+static Report
+check_all_events(pid_t listener, int *lstatus, Stats *cst, long *nevents, long *kinds, long *ntagged)
+{
+	long		known[MAX_CLIENTS] = {0},
+				uncertain[MAX_CLIENTS] = {0};
+	EvTok	   *tags = NULL,
+			   *live = NULL;
+	size_t		ntags = 0,
+				nlive = 0;
+	PGconn	   *conns[MAX_DBS];
+	Event	   *copy = NULL;
+	Report		r = {0};
+	int			n;
+
+	for (int c = 0; c < opts.clients; c++)
+	{
+		known[c] = stats[c].ev_known;
+		uncertain[c] = stats[c].ev_uncertain;
+		tags = realloc(tags, sizeof(EvTok) * (ntags + stats[c].nevtoks + 1));
+		memcpy(tags + ntags, evtoks + (size_t) c * EVTOKS_PER, sizeof(EvTok) * stats[c].nevtoks);
+		ntags += stats[c].nevtoks;
+	}
+	*ntagged = (long) ntags;
+	if (inject)
+	{
+		/* a grant "rolled back" that sent its event, or one committed that never did */
+		n = __atomic_load_n(&listen_state->nevents, __ATOMIC_ACQUIRE);
+		tags[ntags] = (EvTok) {1, 0, TAG_K, LT_TTL};
+		for (int i = 0; i < n; i++)
+			if (events[i].kind == EV_GRANTED)
+			{
+				tags[ntags] = (EvTok) {events[i].token, events[i].db, TAG_R, 0};
+				break;
+			}
+		ntags++;
+	}
+	for (int d = 0; d < ndbs; d++)
+		conns[d] = checker_conn(db_list[d]);
+	for (int round = 0; round < 100; round++)
+	{
+		n = __atomic_load_n(&listen_state->nevents, __ATOMIC_ACQUIRE);
+		nlive = live_tokens(conns, &live);
+		copy = realloc(copy, sizeof(Event) * (n + 1));
+		memcpy(copy, events, sizeof(Event) * n);
+		r = (Report) {0};
+		check_events(copy, n, tags, ntags, known, uncertain, opts.clients, live, nlive, &r);
+		if (r.bad == 0)
+			break;
+		load_sleep_us(100000);
+	}
+	for (int d = 0; d < ndbs; d++)
+		PQfinish(conns[d]);
+
+	__atomic_store_n(&listen_state->stop, 1, __ATOMIC_RELEASE);
+	waitpid(listener, lstatus, 0);
+	n = listen_state->nevents;
+	copy = realloc(copy, sizeof(Event) * (n + 1));
+	memcpy(copy, events, sizeof(Event) * n);
+	for (int i = 0; i < n; i++)
+		kinds[copy[i].kind]++;
+	*nevents = n;
+	r = (Report) {.st = cst};
+	check_events(copy, n, tags, ntags, known, uncertain, opts.clients, live, nlive, &r);
+	if (n >= MAX_EVENTS)
+		ev_fail(&r, "more than %d events: the rest were not kept", MAX_EVENTS);
+	if (listen_state->lost_conn || !WIFEXITED(*lstatus) || WEXITSTATUS(*lstatus) != 0)
+		ev_fail(&r, "the listener lost a connection or died (events may be missing)");
+	if (listen_state->malformed)
+		ev_fail(&r, "%d malformed payloads, the first: %s", listen_state->malformed, listen_state->bad_payload);
+	free(copy);
+	free(live);
+	free(tags);
+	return r;
 }
 
 static bool child_hung[MAX_CLIENTS + 1];
@@ -1872,9 +3299,18 @@ fuzz_main(void)
 				nextra = 0;
 	Record	   *all;
 	Record	   *extra = calloc(200000, sizeof(Record));
+	pid_t		listener;
+	int			lstatus = 0;
+	Report		evr;
+	long		nevents_seen = 0,
+				nevtags = 0,
+				kinds[EV_BAD + 1] = {0};
 
 	stats = load_shared(sizeof(Stats) * (MAX_CLIENTS + 1), false);
 	records = load_shared(sizeof(Record) * (size_t) RECORDS_PER * (MAX_CLIENTS + 1), true);
+	evtoks = load_shared(sizeof(EvTok) * (size_t) EVTOKS_PER * MAX_CLIENTS, true);
+	events = load_shared(sizeof(Event) * (size_t) MAX_EVENTS, true);
+	listen_state = load_shared(sizeof(Listen), false);
 
 	/* the sentinel: the same token in every database is impossible, so one each */
 	for (int d = 0; d < ndbs; d++)
@@ -1900,6 +3336,27 @@ fuzz_main(void)
 	start = load_now_us();
 	deadline = start + (int64_t) opts.seconds * 1000000;
 	run_nonce = (unsigned) (start ^ getpid()) & 0xffffff;
+
+	/* the event listener, listening before any client starts */
+	fflush(stdout);
+	fflush(stderr);
+	listener = fork();
+	if (listener < 0)
+	{
+		perror("fork");
+		return 2;
+	}
+	if (listener == 0)
+		listener_main();
+	while (!__atomic_load_n(&listen_state->ready, __ATOMIC_ACQUIRE))
+	{
+		if (waitpid(listener, &lstatus, WNOHANG) == listener)
+		{
+			fprintf(stderr, "dlock_fuzz: the event listener could not start\n");
+			return 2;
+		}
+		load_sleep_us(10000);
+	}
 	for (int i = 0; i <= opts.clients; i++)
 	{
 		int			slot = i < opts.clients ? i : MAX_CLIENTS;
@@ -1952,6 +3409,16 @@ fuzz_main(void)
 		total.stale_sent += s->stale_sent;
 		total.stale_refused += s->stale_refused;
 		total.stale_no_row += s->stale_no_row;
+		total.lt_session += s->lt_session;
+		total.lt_xact += s->lt_xact;
+		total.lt_default_session += s->lt_default_session;
+		total.min_holds += s->min_holds;
+		total.xact_checks += s->xact_checks;
+		total.events_on += s->events_on;
+		total.ev_known += s->ev_known;
+		total.ev_uncertain += s->ev_uncertain;
+		total.ev_rolled_back += s->ev_rolled_back;
+		total.ev_off += s->ev_off;
 		total.violations += s->violations;
 		for (int k = 0; k < s->ncodes; k++)
 		{
@@ -1983,6 +3450,10 @@ fuzz_main(void)
 	/* quiescent state, database by database */
 	for (int d = 0; d < ndbs; d++)
 		bad += check_quiescent(d, &cst, sentinel_tokens[d], extra, &nextra);
+
+	/* change events, once every end due has had time to arrive */
+	evr = check_all_events(listener, &lstatus, &cst, &nevents_seen, kinds, &nevtags);
+	bad += evr.bad;
 
 	/* tokens */
 	for (int i = 0; i <= opts.clients; i++)
@@ -2054,6 +3525,16 @@ fuzz_main(void)
 	printf("hostile names  %ld (%ld arguments of 1 MB)\n", total.hostile_names, total.big_args);
 	printf("stale writes   %ld UPDATEs that set no token, unfenced (%ld refused with DL001, %ld matched no row)\n",
 		   total.stale_sent, total.stale_refused, total.stale_no_row);
+	printf("lifetimes      %ld session, %ld transaction, %ld session by default (the session's own owner);"
+		   " %ld with a minimum hold; %ld transaction leases looked for after their transaction\n",
+		   total.lt_session, total.lt_xact, total.lt_default_session, total.min_holds, total.xact_checks);
+	printf("events         %ld received (granted %ld, released %ld, forced %ld, expired %ld, ended %ld, lost %ld)"
+		   " from %ld sessions with dlock.events on\n",
+		   nevents_seen, kinds[EV_GRANTED], kinds[EV_RELEASED], kinds[EV_FORCED], kinds[EV_EXPIRED],
+		   kinds[EV_ENDED], kinds[EV_LOST], total.events_on);
+	printf("event tokens   %ld tagged: %ld committed new grants (each sent), %ld rolled back and %ld with events off"
+		   " (none sent); %ld grant calls of unknown outcome\n",
+		   nevtags, total.ev_known, total.ev_rolled_back, total.ev_off, total.ev_uncertain);
 	printf("monitor        %ld samples of dlock_locks\n", stats[MAX_CLIENTS].calls);
 	printf("records        %zu token records checked (%ld as new grants), max token %" PRId64 "\n",
 		   nall, nfresh, max_token);
@@ -2428,7 +3909,9 @@ usage(void)
 			"      --herd-name NAME   the name they wait on (herd)\n"
 			"      --herd-mode M      chain, timeout or storm (chain)\n"
 			"      --herd-timeout MS  statement_timeout and own timeouts (300)\n"
-			"      --inject-violations  add two bogus token records and a stale row: the run must FAIL\n"
+			"      --inject-violations  add bogus token records, a stale row, an orphan hold row and a\n"
+			"                         bogus event tag: the run must FAIL\n"
+			"      --self-test        the event checker on a valid and on doctored event streams\n"
 			"  -v, --verbose          one line per client\n");
 	exit(2);
 }
@@ -2449,6 +3932,7 @@ main(int argc, char **argv)
 		{"herd-timeout", required_argument, NULL, 6},
 		{"verbose", no_argument, NULL, 'v'},
 		{"inject-violations", no_argument, NULL, 7},
+		{"self-test", no_argument, NULL, 8},
 		{NULL, 0, NULL, 0}
 	};
 	int			o;
@@ -2491,6 +3975,8 @@ main(int argc, char **argv)
 			case 7:
 				inject = true;
 				break;
+			case 8:
+				return events_self_test();
 			default:
 				if (!load_option(&opts, o, optarg))
 					usage();

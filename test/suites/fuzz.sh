@@ -104,6 +104,9 @@ seed=$FUZZ_SEED
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: FUZZ_SEED must be a number" >&2; exit 2; }
 
 make -s -C "$here/test/load" PG_CONFIG="$PG_CONFIG" dlock_fuzz
+# the event checker must catch each of a set of doctored event streams
+"$here/test/load/dlock_fuzz" --self-test >/dev/null ||
+	{ echo "fuzz.sh: the event checker's self-test failed (dlock_fuzz --self-test)" >&2; exit 1; }
 
 fz=
 # on exit, an interrupted run's tool and its client processes go first

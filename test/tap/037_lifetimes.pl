@@ -9,7 +9,9 @@
 # pid only while its taker lives; a session lease released by its owner from
 # another session and taken by someone else is not ended by the first
 # holder's exit; a session that took and released many session leases ends
-# exactly the ones it still holds.
+# exactly the ones it still holds; a session that ends within a lease's
+# minimum hold leaves a lease nobody can renew, release or take back;
+# dlock_locks never shows a live session lease without its pid.
 use strict;
 use warnings;
 use IPC::Run;
@@ -195,5 +197,82 @@ is(sql(q{SELECT string_agg(name || ' ' || token, ',' ORDER BY name) FROM dlock_l
 	WHERE name IN ('e', 'f', 'g')}), "g $g", 'after the restart only the ttl lease is back');
 my $next = sql(q{SELECT dlock_try('e', '1 hour', 'x')});
 ok($next > max_token(), "tokens only grow: $next > " . max_token());
+push @tokens, $next;
+
+# 9. a session that ends within its lease's minimum hold leaves the lease
+# until the hold's end, marked released and bound to nothing: its owner (from
+# another session) cannot renew, release or take it again, a renewal made
+# before the end does not take it back, a re-acquisition waits for its end
+# like any other caller and is granted a new lease; fence and force release
+# still work
+sub gone
+{
+	my $pid = shift;
+	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid"),
+		"backend $pid has exited");
+}
+($h, $pid) = session();
+my $sh = take($h, q{SELECT dlock_try('sh', '2 hours', 'svc', lifetime => 'session', min_hold => '1 hour')});
+my $sh2 = take($h, q{SELECT dlock_try('sh2', '2 hours', 'svc', lifetime => 'session', min_hold => '1 hour')});
+my ($o) = session();
+$o->query_safe('BEGIN');
+is($o->query_safe(q{SELECT dlock_renew('sh2', '2 hours', 'svc') IS NOT NULL}), 't',
+	'a renewal from another session, before the session ends');
+$h->quit;
+gone($pid);
+$o->query_safe('COMMIT');
+is(sql(q{SELECT string_agg(name || ' ' || (released_at IS NOT NULL) || ' ' || (pid IS NULL), ',' ORDER BY name)
+	FROM dlock_locks WHERE name IN ('sh', 'sh2')}), 'sh true true,sh2 true true',
+	'both leases stay, marked released, bound to nobody (the earlier renewal took nothing back)');
+is(sql(q{SELECT dlock_renew('sh', '2 hours', 'svc') IS NULL}), 't', 'its owner cannot renew it');
+is(sql(q{SELECT dlock_release('sh', 'svc')}), 'f', 'nor release it (it is released)');
+is(sql(q{SELECT dlock_try('sh', '2 hours', 'svc') IS NULL}), 't', 'nor take it again with a try');
+is(sql("SELECT count(*) FROM (SELECT dlock_fence('sh', $sh)) f"), '1', 'its token still fences');
+is(sql(q{SELECT string_agg(token || ' ' || (released_at IS NOT NULL) || ' ' || (expires_at <= granted_at + min_hold + interval '1 s'), ',')
+	FROM dlock_locks WHERE name = 'sh'}), "$sh true true", 'unchanged: same token, released, ends at the hold\'s end');
+$w = start_waiter('sh', 'svc');
+is(sql(q{SELECT dlock_force_release('sh')}), 't', 'a force release ends it at once');
+waiter_granted($w, time, 'an acquisition by its owner, queued behind it');
+is(sql(q{SELECT dlock_release('sh', 'svc')}), 't', 'the new lease is its owner\'s to release');
+is(sql(q{SELECT dlock_force_release('sh2')}), 't', 'tidy up');
+
+# 10. dlock_locks shows a live session lease with its backend's pid, never
+# with a NULL one, while its backend exits (it shows the lease and the pid as
+# they were at one moment): a watcher reads the view in a loop while backends
+# holding many session leases exit, with enough other leases that each read
+# takes a while
+sql(q{SET dlock.durable = off; SELECT count(dlock_try('fill' || i, '1 hour', 'filler')) FROM generate_series(1, 10000) i});
+my %watch = (out => '', err => '');
+$watch{h} = IPC::Run::start(
+	[
+		'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c', q{
+		DO $$
+		DECLARE
+			looks int := 0;
+			seen int := 0;
+		BEGIN
+			WHILE NOT EXISTS (SELECT 1 FROM dlock_locks WHERE name = 'watch_stop') LOOP
+				seen := seen + (SELECT count(*) FROM dlock_locks
+								WHERE lifetime = 'session' AND released_at IS NULL AND pid IS NULL);
+				looks := looks + 1;
+			END LOOP;
+			RAISE NOTICE 'looks % seen %', looks, seen;
+		END $$}
+	],
+	'>', \$watch{out}, '2>', \$watch{err});
+for my $round (1 .. 20)
+{
+	($h, $pid) = session();
+	$h->query_safe(q{SELECT count(dlock_try('x' || i, '1 hour', 'exiting', lifetime => 'session')) FROM generate_series(1, 300) i});
+	sql("SELECT pg_terminate_backend($pid)");
+	ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dlock_locks WHERE owner = 'exiting'}),
+		"round $round: the session leases ended with their backend");
+	$h->quit;
+}
+sql(q{SELECT dlock_try('watch_stop', '1 hour', 'x')});
+$watch{h}->finish;
+my ($looks, $seen) = $watch{err} =~ /looks (\d+) seen (\d+)/;
+ok(defined $looks && $looks > 0, "the watcher read dlock_locks ($looks times)") or diag($watch{err});
+is($seen, 0, 'no read showed a live session lease without its pid');
 
 done_testing();
