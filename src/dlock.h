@@ -26,9 +26,12 @@
  *	grantwait.c		acting on another session's lease: the wait for its
  *					granting transaction, the bound on pinners
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
+ *	overdue.c		a lease's pinners kept past dlock.fence_grace: found, and
+ *					terminated when the waiter's role may
  *	events.c		change events (dlock.events): NOTIFY dlock at commit, and
  *					the ends noticed outside a commit, kept until sent
  *	engine.c		the partitioned shared hash of leases, expiry heaps
+ *	keys.c			a lease's key and its hash, owners, mode and lifetime words
  *	counters.c		the cumulative counters of dlock_stats
  *	watch.c			the expiry watcher: when the worker looks next, its wake-up
  *	tokens.c		fencing tokens that never go backwards

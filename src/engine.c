@@ -9,15 +9,15 @@
  * spare shared memory beyond its nominal size.  Each database's entries are
  * counted too, for dlock.max_locks_per_database.
  *
- * What it counts for dlock_stats is counters.c's, and the process it wakes
- * when a partition's earliest expiry moves is watch.c's: both below it.
+ * What it counts for dlock_stats is counters.c's, the process it wakes when
+ * a partition's earliest expiry moves is watch.c's, and a lease's key and
+ * its hash are keys.c's: all three below it.
  */
 #include "postgres.h"
 
 #include <time.h>
 
 #include "access/transam.h"
-#include "common/hashfn.h"
 #include "common/int.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -237,56 +237,6 @@ dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wall_now)
 		!IS_VALID_TIMESTAMP(result))
 		TIMESTAMP_NOEND(result);
 	return result;
-}
-
-/* Callers check names first; a name that does not fit is a bug, not a crash. */
-void
-dlock_make_key(DLockKey *key, const char *name, int len)
-{
-	if (unlikely(len < 1 || len > DLOCK_NAME_MAX))
-		elog(ERROR, "dlock lock name of %d bytes", len);
-	memset(key, 0, sizeof(DLockKey));
-	key->dbid = MyDatabaseId;
-	key->len = len;
-	memcpy(key->name, name, len);
-}
-
-const char *
-dlock_mode_name(DLockMode mode)
-{
-	return mode == DLOCK_SHARED ? "shared" : "exclusive";
-}
-
-const char *
-dlock_lifetime_name(DLockLifetime lifetime)
-{
-	switch (lifetime)
-	{
-		case DLOCK_LIFETIME_SESSION:
-			return "session";
-		case DLOCK_LIFETIME_TRANSACTION:
-			return "transaction";
-		default:
-			return "ttl";
-	}
-}
-
-/*
- * Every lease of a name hashes to the name's partition: the token only
- * changes the bits above the partition number.
- */
-uint32
-dlock_key_hash(const DLockKey *key)
-{
-	uint32		hash;
-
-	hash = hash_combine(hash_bytes_uint32(key->dbid),
-						hash_bytes((const unsigned char *) key->name, key->len));
-	if (key->token != 0)
-		hash ^= (uint32) hash_bytes_extended((const unsigned char *) &key->token,
-											 sizeof(uint64), 0) &
-			~(uint32) (DLOCK_PARTITIONS - 1);
-	return hash;
 }
 
 LWLock *
@@ -519,12 +469,6 @@ void
 dlock_scan_begin(HASH_SEQ_STATUS *status)
 {
 	hash_seq_init(status, lock_hash);
-}
-
-bool
-dlock_owner_equal(const DLockOwner *a, const DLockOwner *b)
-{
-	return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
 }
 
 /* Held: granted, and not expired or kept by a transaction that pinned it. */

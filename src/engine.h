@@ -9,8 +9,9 @@
  * Every field of an entry, and the queue hanging off a head, is protected by
  * the LWLock of the name's partition.
  *
- * Its callers also get, through this header, the two files below it that
- * it calls: the counters (counters.h) and the expiry watcher (watch.h).
+ * Its callers also get, through this header, the three files below it that
+ * it calls: a lease's keys (keys.h), the counters (counters.h) and the
+ * expiry watcher (watch.h).
  */
 #ifndef DLOCK_ENGINE_H
 #define DLOCK_ENGINE_H
@@ -22,34 +23,8 @@
 
 #include "counters.h"
 #include "dlock.h"
+#include "keys.h"
 #include "watch.h"
-
-#define DLOCK_PARTITIONS	64	/* power of two */
-
-typedef struct DLockKey
-{
-	uint64		token;			/* 0: the name's head; else a further lease */
-	Oid			dbid;
-	uint16		len;
-	char		name[DLOCK_NAME_MAX];
-} DLockKey;
-
-typedef enum DLockMode
-{
-	DLOCK_EXCLUSIVE,
-	DLOCK_SHARED
-} DLockMode;
-
-/*
- * How a lease ends besides its TTL: with the backend that took it, or with
- * the transaction that took it (lifetime.c).
- */
-typedef enum DLockLifetime
-{
-	DLOCK_LIFETIME_TTL,
-	DLOCK_LIFETIME_SESSION,
-	DLOCK_LIFETIME_TRANSACTION
-} DLockLifetime;
 
 /*
  * A backend, told apart from a later one with the same pid or slot: its
@@ -61,12 +36,6 @@ typedef struct DLockBackend
 	int32		procno;			/* -1: none */
 	uint64		serial;			/* 0: none */
 } DLockBackend;
-
-typedef struct DLockOwner
-{
-	uint16		len;
-	char		str[DLOCK_OWNER_MAX];
-} DLockOwner;
 
 /*
  * A backend whose open transaction pins a lease (renewed, extended or
@@ -181,10 +150,6 @@ extern bool dlock_shmem_ready(void);
 extern int64 dlock_mono_now(void);
 extern TimestampTz dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wall_now);
 
-extern void dlock_make_key(DLockKey *key, const char *name, int len);
-extern const char *dlock_mode_name(DLockMode mode);
-extern const char *dlock_lifetime_name(DLockLifetime lifetime);
-extern uint32 dlock_key_hash(const DLockKey *key);
 extern LWLock *dlock_partition_lock(uint32 hash);
 extern void dlock_lock_all_partitions(LWLockMode mode);
 extern void dlock_unlock_all_partitions(void);
@@ -199,7 +164,6 @@ extern void dlock_scan_begin(HASH_SEQ_STATUS *status);
 #define dlock_head_of(entry) \
 	(dlock_is_head(entry) ? (entry) : (entry)->u.x.head)
 
-extern bool dlock_owner_equal(const DLockOwner *a, const DLockOwner *b);
 extern bool dlock_is_live(const DLockEntry *entry, int64 now);
 extern bool dlock_is_free(const DLockEntry *entry, int64 now);
 extern int64 dlock_free_at(const DLockEntry *entry);

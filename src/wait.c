@@ -9,7 +9,7 @@
  * replaced on time even with no worker running; the others sleep until their
  * own deadline.  The head waiter also terminates the backends whose open
  * transactions keep a lease that ended pinned past dlock.fence_grace, when
- * its role could end them with pg_terminate_backend().
+ * its role could end them with pg_terminate_backend() (overdue.c).
  *
  * Locking: a queue belongs to its name's partition lock; latches are set
  * only after that lock is released; a waiter sleeps holding no LWLock and
@@ -17,13 +17,10 @@
  */
 #include "postgres.h"
 
-#include "catalog/pg_authid.h"
 #include "libpq/libpq-be.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/procarray.h"
-#include "utils/acl.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -31,6 +28,7 @@
 #include "compat.h"
 #include "engine.h"
 #include "events.h"
+#include "overdue.h"
 #include "settings.h"
 #include "tokens.h"
 #include "wait.h"
@@ -38,13 +36,6 @@
 static DLockWaiter *slots = NULL;
 static DLockWaiter *my_slot = NULL;
 static WaitEventSet *wait_set = NULL;
-
-/*
- * Overdue pinners this wait has dealt with (signalled, or found it may not
- * end), so that each is judged and logged once; MaxBackends of them.
- */
-static int *dealt_with = NULL;
-static int	ndealt = 0;
 
 /* latches to set once the partition locks are released */
 static PGPROC **to_wake = NULL;
@@ -129,7 +120,7 @@ dlock_wait_prepare(void)
 		elog(ERROR, "dlock waits need a regular backend");
 
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-	dealt_with = palloc(sizeof(int) * MaxBackends);
+	dlock_overdue_prepare();
 	wait_set = DLockCreateWaitEventSet(3);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
@@ -461,178 +452,6 @@ sleep_until(int64 wake_at, int64 now)
 	CHECK_FOR_INTERRUPTS();
 }
 
-/* A backend that pins a lease past dlock.fence_grace, to be terminated */
-typedef struct Overdue
-{
-	int			pid;
-	uint64		token;
-	int64		overdue_ms;
-} Overdue;
-
-/* whether the waiting transaction pins leases itself (see find_overdue) */
-static bool waiter_holds_pins = false;
-
-static bool
-dealt_with_pid(int pid)
-{
-	for (int i = 0; i < ndealt; i++)
-	{
-		if (dealt_with[i] == pid)
-			return true;
-	}
-	return false;
-}
-
-static int64
-earliest(int64 a, int64 b)
-{
-	return (a == 0 || (b != 0 && b < a)) ? b : a;
-}
-
-/*
- * The backends whose transactions pin one of head's leases past its end for
- * longer than dlock.fence_grace, while we wait, and that this wait has not
- * dealt with yet: at most max into *out.  *look_at is when the head waiter
- * must look again (0: when woken), as head_timer() but for the pinned
- * leases overdue already: their pinners, once dealt with, end (or not) on
- * their own, and their unpin settles the name, which wakes it.
- *
- * A waiter whose own transaction pins leases may be one side of a wait
- * cycle, whose other side may be about to terminate it; so that only one
- * side goes, it gives a pinner with a higher pid one more grace.
- */
-static int
-find_overdue(DLockEntry *head, int64 now, Overdue *out, int max, int64 *look_at)
-{
-	dlist_mutable_iter iter;
-	DLockEntry *lease;
-	int			n = 0;
-	int64		grace = (int64) dlock_fence_grace_ms * 1000;
-
-	*look_at = 0;
-	dlock_foreach_lease(lease, head, iter)
-	{
-		int64		at = lease->pins == 0 ? dlock_free_at(lease) : dlock_overdue_at(lease);
-
-		if (lease->pins == 0 || at > now)
-		{
-			*look_at = earliest(*look_at, at);
-			continue;
-		}
-		for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
-		{
-			int			pid = lease->pinners[i].pid;
-
-			if (pid == 0 || pid == MyProcPid || dealt_with_pid(pid))
-				continue;
-			if (waiter_holds_pins && pid > MyProcPid && at + grace > now)
-				*look_at = earliest(*look_at, at + grace);
-			else if (n == max)
-				*look_at = now; /* the rest at the next look */
-			else
-			{
-				out[n].pid = pid;
-				out[n].token = lease->token;
-				out[n].overdue_ms = (now - lease->expires) / 1000;
-				n++;
-			}
-		}
-	}
-	return n;
-}
-
-/*
- * Whether this waiter's role may end backend pid, by the rules of
- * pg_terminate_backend(): a superuser's backend only if it is a superuser,
- * any other if it has the privileges of that backend's role or of
- * pg_signal_backend.  Reads catalogs: not under a partition lock.
- */
-static bool
-may_terminate(int pid)
-{
-	PGPROC	   *proc = BackendPidGetProc(pid);
-	Oid			roleid;
-
-	if (proc == NULL)
-		return false;			/* gone, and its pins with it */
-	roleid = proc->roleId;
-	if (superuser_arg(roleid) && !superuser())
-		return false;
-	return has_privs_of_role(GetUserId(), roleid) ||
-		has_privs_of_role(GetUserId(), ROLE_PG_SIGNAL_BACKEND);
-}
-
-/*
- * Terminates the backend of one overdue pinner if it still pins that lease
- * and we still wait.  The signal goes out under the partition lock: a
- * pinner drops its pins under that lock when its transaction ends, so the
- * signal reaches the pinning transaction (or ends the session as its commit
- * finishes), never a later one.  Returns whether it was sent, in *err errno.
- */
-static bool
-terminate_pinner(const DLockWaiter *w, const Overdue *overdue, int *err)
-{
-	LWLock	   *lock = dlock_partition_lock(w->hash);
-	DLockEntry *lease;
-	bool		pinning = false;
-
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	lease = dlock_find_lease(&w->key, w->hash, overdue->token);
-	if (w->state == DLOCK_WAIT_QUEUED && lease != NULL &&
-		dlock_overdue_at(lease) <= dlock_mono_now())
-	{
-		for (int i = 0; i < DLOCK_MAX_PINNERS; i++)
-			pinning |= (lease->pinners[i].pid == overdue->pid);
-	}
-	*err = 0;
-	if (pinning && kill(overdue->pid, SIGTERM) != 0)
-		*err = errno;
-	LWLockRelease(lock);
-	return pinning;
-}
-
-/*
- * Ends the backends found by find_overdue() that this waiter's role may
- * end: their transactions roll back, their pins go, and the name moves on.
- * This bounds how long a holder that hangs inside a renewing or fencing
- * transaction keeps its name, and breaks wait cycles through pins, which the
- * deadlock detector cannot see.  A pinner the role may not end keeps the
- * name until its transaction ends: it is logged, once.
- */
-static void
-terminate_overdue(const DLockWaiter *w, const Overdue *overdue, int n)
-{
-	for (int i = 0; i < n; i++)
-	{
-		int			err;
-
-		Assert(ndealt < MaxBackends);
-		dealt_with[ndealt++] = overdue[i].pid;
-		if (!may_terminate(overdue[i].pid))
-		{
-			ereport(LOG,
-					(errmsg("dlock: backend %d has pinned lease \"%.*s\" (token " UINT64_FORMAT ") for " INT64_FORMAT " ms after the lease ended, while others wait; role \"%s\" waiting for it may not terminate that backend",
-							overdue[i].pid, w->key.len, w->key.name, overdue[i].token,
-							overdue[i].overdue_ms, GetUserNameFromId(GetUserId(), false)),
-					 errhint("A waiter terminates such a backend only if its role could call pg_terminate_backend() on it.")));
-			continue;
-		}
-		if (!terminate_pinner(w, &overdue[i], &err))
-			continue;
-		ereport(LOG,
-				(errmsg("dlock: terminating backend %d: its transaction has pinned lease \"%.*s\" (token " UINT64_FORMAT ") for " INT64_FORMAT " ms after the lease ended, while others wait",
-						overdue[i].pid, w->key.len, w->key.name, overdue[i].token,
-						overdue[i].overdue_ms),
-				 errhint("A transaction that renews or fences a lease must end within dlock.fence_grace of the lease's end.")));
-		if (err != 0)
-		{
-			errno = err;
-			ereport(WARNING,
-					(errmsg("could not send signal to process %d: %m", overdue[i].pid)));
-		}
-	}
-}
-
 /*
  * One look at our slot under the partition lock.  Returns true when the wait
  * is over (*token is 0 on timeout); otherwise sets *wake_at for the sleep.
@@ -642,7 +461,7 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 {
 	LWLock	   *lock = dlock_partition_lock(w->hash);
 	bool		done = false;
-	Overdue		overdue[DLOCK_MAX_PINNERS * 4];
+	DLockOverdue overdue[DLOCK_MAX_PINNERS * 4];
 	int			noverdue = 0;
 	int64		look_at = 0;
 	bool		ended = false;
@@ -658,8 +477,8 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	{
 		dlock_settle(w->head, *now, DLOCK_STAT_EXPIRED_BY_CALLER, false);
 		if (w->state == DLOCK_WAIT_QUEUED)
-			noverdue = find_overdue(w->head, *now, overdue, lengthof(overdue),
-									&look_at);
+			noverdue = dlock_find_overdue(w->head, *now, overdue,
+										  lengthof(overdue), &look_at);
 	}
 
 	if (w->state == DLOCK_WAIT_GRANTED)
@@ -684,12 +503,12 @@ check_wait(DLockWaiter *w, uint64 *token, int64 *wake_at, int64 *now)
 	{
 		bool		is_head = dlist_head_node(&w->head->u.h.waiters) == &w->node;
 
-		*wake_at = is_head ? earliest(look_at, w->deadline) : w->deadline;
+		*wake_at = is_head ? dlock_sooner(look_at, w->deadline) : w->deadline;
 		w->wake_at = *wake_at;
 	}
 	LWLockRelease(lock);
 	dlock_wake_all();
-	terminate_overdue(w, overdue, noverdue);
+	dlock_terminate_overdue(w, overdue, noverdue);
 	if (ended)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -724,8 +543,7 @@ dlock_sleep(bool holds_pins)
 	volatile uint64 token = 0;
 
 	Assert(w != NULL && w->state == DLOCK_WAIT_QUEUED);
-	ndealt = 0;
-	waiter_holds_pins = holds_pins;
+	dlock_overdue_begin(holds_pins);
 	PG_TRY();
 	{
 		token = wait_loop(w);
