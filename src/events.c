@@ -634,27 +634,36 @@ dlock_events_notify(void)
 	pfree(buf.data);
 }
 
-/*
- * After the sender's transaction (committed), or when it exits: a batch
- * taken and not sent is counted as lost, for the next sender to say so.
- */
+/* After the sender's transaction committed: its batch was sent. */
 void
-dlock_events_sent(bool committed)
+dlock_events_sent(void)
 {
-	EventQueue *q;
-
-	if (!committed && (batch_len != 0 || batch_lost != 0))
-	{
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		free_slots(batch_head, batch_tail, batch_len);
-		q = queue_of(MyDatabaseId, true);
-		if (q != NULL)
-			q->lost += batch_lost + batch_len;
-		LWLockRelease(shared->lock);
-	}
 	batch_head = batch_tail = EVENT_NONE;
 	batch_len = 0;
 	batch_lost = 0;
+}
+
+/*
+ * The sender exits, whatever ends it: a batch taken and not sent is counted
+ * as lost, for the next sender to say so, and it is no longer the sender.
+ */
+void
+dlock_events_sender_exit(void)
+{
+	EventQueue *q;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	free_slots(batch_head, batch_tail, batch_len);
+	q = queue_of(MyDatabaseId, batch_len != 0 || batch_lost != 0);
+	if (q != NULL)
+	{
+		q->lost += batch_lost + batch_len;
+		if (q->sender == MyLatch)
+			q->sender = NULL;
+	}
+	LWLockRelease(shared->lock);
+	dlock_events_sent();
+	/* a sender stopped: the worker hears of it and starts one if need be */
 }
 
 /*

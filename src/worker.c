@@ -43,11 +43,12 @@
 
 /*
  * event senders (one per database at a time), how often one starts in a
- * database, and how long one idles before it exits (microseconds)
+ * database, how long one idles before it exits, and its pace (microseconds)
  */
 #define MAX_SENDERS		8
 #define SENDER_INTERVAL	(100 * 1000)
 #define SENDER_LINGER	(1000 * 1000)
+#define SENDER_PACE		1000	/* after a batch, before the next */
 
 void
 dlock_worker_register(void)
@@ -311,13 +312,14 @@ dlock_sweeper_main(Datum arg)
 static void
 sender_exit(int code, Datum arg)
 {
-	dlock_events_sent(false);
+	dlock_events_sender_exit();
 }
 
 /*
  * Sends the events recorded for one database (events.c) with NOTIFY, all
- * that wait at each round in a transaction of its own; idle for
- * SENDER_LINGER, it exits.  It runs as the bootstrap superuser, with the
+ * that wait at each round in a transaction of its own, rounds at least
+ * SENDER_PACE apart while events come (a batch per round rather than a
+ * transaction and a wake-up per event); idle for SENDER_LINGER, it exits.  It runs as the bootstrap superuser, with the
  * database's settings.
  */
 void
@@ -329,7 +331,7 @@ dlock_sender_main(Datum arg)
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
-	/* what it took and did not send is counted as lost, whatever ends it */
+	/* whatever ends it: what it took and did not send is counted as lost */
 	before_shmem_exit(sender_exit, (Datum) 0);
 	if (!dlock_events_sender_start(MyLatch))
 		proc_exit(0);
@@ -347,8 +349,14 @@ dlock_sender_main(Datum arg)
 			StartTransactionCommand();
 			dlock_events_notify();
 			CommitTransactionCommand();
-			dlock_events_sent(true);
+			dlock_events_sent();
 			idle_since = dlock_mono_now();
+
+			/*
+			 * While events come, gather for a moment without sleeping on
+			 * the latch: committers then set it without waking anyone
+			 */
+			pg_usleep(SENDER_PACE);
 			continue;
 		}
 		idle = dlock_mono_now() - idle_since;

@@ -1,15 +1,17 @@
-# Change events (dlock.events): NOTIFY dlock at commit.
+# Change events (dlock.events): NOTIFY dlock, by the database's sender, after
+# the commit.
 #
 # A LISTEN session (psql) collects every event; each scenario then compares
 # what arrived, in arrival order, with what must arrive: the payload's shape,
 # nothing from a rolled-back grant or a rolled-back savepoint, the order on
 # one name across sessions through a waiter's handoff, "forced", "expired"
-# sent by the worker's sender, by a session that takes the name over (before
-# its grant, in its transaction), and by the commit of a grant whose lease
-# ended before it (after its grant, or never if it rolls back), and nothing
+# sent by the sender (not the holder), also with dlock.worker off (before
+# the grant that took the name over), and at the commit of a grant whose
+# lease ended before it (after its grant, or never if it rolls back), and nothing
 # for a lease granted with events off; a release within a minimum hold sent
 # when the hold ends; "ended" for session and transaction leases (within a
-# minimum hold: when the hold ends).  seq grows on every name.
+# minimum hold: when the hold ends); concurrent cycles on exclusive names
+# arrive in seq order per name.  seq grows on every name.
 #
 # (Not an isolation spec: isolationtester prints payloads verbatim, and
 # tokens differ on every run.)
