@@ -26,8 +26,8 @@
  *	grantwait.c		acting on another session's lease: the wait for its
  *					granting transaction, the bound on pinners
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
- *	events.c		change events (dlock.events): NOTIFY dlock at commit, and
- *					the ends noticed outside a commit, kept until sent
+ *	events.c		change events (dlock.events): recorded at commit or when a
+ *					lease ends, kept until a sender NOTIFYs them
  *	engine.c		the partitioned shared hash of leases, expiry heaps
  *	counters.c		the cumulative counters of dlock_stats
  *	watch.c			the expiry watcher: when the worker looks next, its wake-up
