@@ -28,8 +28,8 @@
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
  *	overdue.c		a lease's pinners kept past dlock.fence_grace: found, and
  *					terminated when the waiter's role may
- *	events.c		change events (dlock.events): NOTIFY dlock at commit, and
- *					the ends noticed outside a commit, kept until sent
+ *	events.c		change events (dlock.events): recorded at commit or when a
+ *					lease ends, kept until a sender NOTIFYs them
  *	engine.c		the partitioned shared hash of leases, expiry heaps
  *	keys.c			a lease's key and its hash, owners, mode and lifetime words
  *	counters.c		the cumulative counters of dlock_stats

@@ -59,8 +59,8 @@ typedef struct DLockLeaseEvents
 	uint64		seq;			/* its grant's event, until the granting
 								 * transaction commits; else 0 */
 	int32		pid;			/* the backend of that transaction */
-	int32		claim;			/* a backend whose commit is ending it */
-	bool		on;				/* granted with dlock.events on */
+	bool		on;				/* granted with dlock.events on, and its
+								 * end not recorded yet */
 } DLockLeaseEvents;
 
 typedef struct DLockEntry

@@ -4,55 +4,63 @@
  *
  * A lease granted while dlock.events is on in the session that asked for it
  * sends "granted", then one end: "released", "forced", "expired" or "ended".
- * Events go through PostgreSQL's NOTIFY (Async_Notify), so they are sent
- * when the transaction that queues them commits and never after a rollback.
  *
- * Order.  Each event takes seq, from one counter, under the name's partition
- * lock when its change takes effect: a grant when it is made, an expiry or
- * a lifetime end when the lease leaves the engine, a release or a force at
- * the start of its transaction's commit (a claim: the lease is its to end;
- * an expiry meanwhile is not sent unless that commit fails).  On a name,
- * seq order is the order of the changes.  Every transaction that sends
- * events first takes the lock PostgreSQL's NOTIFY takes to queue at commit,
- * and keeps it until it has committed, so senders queue one at a time.
+ * Off the commit path.  No lease transaction sends anything itself: each
+ * event is recorded here, in shared memory, when it becomes final, and one
+ * process per database, its sender (a "dlock events" background worker the
+ * worker starts there), sends what is recorded with NOTIFY, in batches: one
+ * transaction, many NOTIFYs.  A transaction's grants, releases and forces
+ * are recorded by its post-commit callback (xact.c), before it applies them
+ * to the engine, never after a rollback; an expiry or a lifetime end when
+ * it happens.  So a lease transaction takes no transaction id and no NOTIFY
+ * lock for its events: recording costs a slot, a list append under the
+ * buffer's lock and a latch set.  Delivery follows the commit by the
+ * sender's wake-up and its own commit (docs/semantics.md, "Change events").
  *
- * Who sends what:
- *	- a grant: its transaction, at commit (a waiter's grant: the waiter's);
- *	- a release, a force: the transaction that makes it, at commit;
- *	- an expiry or a lifetime end: whoever notices it records it here, in
- *	  shared memory; the next transaction of that database that sends
- *	  events sends it first (so an expired lease's end goes before the grant
- *	  that took its name over), or else a sender the worker starts in that
- *	  database.
- * An end of a lease whose grant has not committed yet waits here for that
- * commit, which sends it after the grant; a rollback drops both.  So an
- * event never arrives for a grant that was rolled back, and each lease's
- * events arrive in seq order; events of different leases on one name may
- * arrive out of seq order only around a grant whose transaction commits
- * after later changes of the name (docs/semantics.md, "Events").
+ * Order.  Each event takes seq, from one counter, under the name's
+ * partition lock when its change takes effect: a grant when it is made (its
+ * event is recorded at its commit), an expiry or a lifetime end when the
+ * lease leaves the engine, a release or a force when its committed
+ * transaction records it, just before applying it.  On a name, seq order is
+ * the order of the changes.  An event is ready to send when it enters its
+ * database's queue, under its name's partition lock; the sender takes the
+ * queue's events in order, a batch at a time, and sends each batch in seq
+ * order.  So on one name events arrive in seq order, except those of a
+ * grant whose transaction commits after later changes of the name, and the
+ * end of its lease if that came before the commit too: they enter the queue
+ * at that commit.
  *
- * Events recorded here wait in a buffer of EVENT_SLOTS; when it is full,
- * what does not fit is counted and sent as one "lost" event instead.
+ * An end of a lease whose grant has not committed yet waits here, off the
+ * queue, for that commit, which queues it after the grant; a rollback drops
+ * both.  So an event never arrives for a grant that was rolled back, and
+ * each lease's events arrive in seq order.  A lease's end is recorded once:
+ * recording it turns its events off.
+ *
+ * The buffer holds EVENT_SLOTS events of all databases.  A committing
+ * transaction that finds it nearly full while its database has a sender
+ * waits for room at most EVENT_ROOM_WAIT ms; what does not fit then is
+ * counted and sent as one "lost" event instead.  What was recorded and not
+ * yet sent is lost in a crash or a restart, as is every LISTEN connection.
  *
  * Locking: the buffer under its own LWLock, taken after a partition lock,
- * never before one; the NOTIFY lock (heavyweight) before both.
+ * never before one.  The sender holds it to take its queue (not to send).
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "catalog/pg_database.h"
 #include "commands/async.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/lmgr.h"
+#include "storage/latch.h"
 #include "storage/shmem.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 
 #include "events.h"
 
-#define EVENT_SLOTS		1024
+#define EVENT_SLOTS		4096
+#define EVENT_ROOM_WAIT	20		/* ms a commit waits for room at most */
+#define EVENT_NONE		(-1)	/* the end of a list of slots */
 
 /*
  * The longest payload: escaping turns a byte into 6 characters at most
@@ -64,23 +72,15 @@
 StaticAssertDecl(EVENT_JSON_MAX < BLCKSZ - NAMEDATALEN - 128,
 				 "a dlock event must fit in a NOTIFY payload");
 
-/* flags of a recorded event */
-#define EV_DURING_CLAIM	0x01	/* an expiry while claim_pid's commit ends the
-								 * lease: dropped if that commits */
-#define EV_CLAIMED		0x02	/* claim_pid's own release or force: dropped
-								 * if that aborts */
-
 typedef struct PendingEvent
 {
-	uint64		seq;			/* 0: a free slot */
+	uint64		seq;
 	uint64		token;
 	Oid			dbid;
 	int32		grant_pid;		/* waits for that backend's grant to commit */
-	int32		claim_pid;		/* waits for that backend's commit */
-	int32		taken_by;		/* queued by that process's transaction */
+	int32		next;			/* in its list: free, waiting or a queue */
 	uint8		kind;
 	uint8		mode;
-	uint8		flags;
 	uint16		name_len;
 	uint16		owner_len;
 	char		lifetime[16];
@@ -88,48 +88,39 @@ typedef struct PendingEvent
 	char		owner[DLOCK_OWNER_MAX];
 } PendingEvent;
 
+/* A database's events ready to send, oldest first */
+typedef struct EventQueue
+{
+	Oid			dbid;			/* InvalidOid: unused */
+	int32		head;
+	int32		tail;
+	uint32		lost;			/* events that found no room */
+	Latch	   *sender;			/* its sender's, while one runs */
+} EventQueue;
+
 typedef struct EventShared
 {
 	pg_atomic_uint64 seq;		/* the last seq taken */
 	pg_atomic_uint32 in_use;
 	LWLock	   *lock;			/* the rest */
-	int			used;			/* slots with an event */
-	Oid			lost_db[DLOCK_MAX_DATABASES];	/* by database slot */
-	uint32		lost[DLOCK_MAX_DATABASES];
+	int			used;			/* slots off the free list */
+	int32		free;
+	int32		waiting;		/* ends of grants not committed yet */
+	EventQueue	queues[DLOCK_MAX_DATABASES];
 	PendingEvent slots[EVENT_SLOTS];
 } EventShared;
 
 static EventShared *shared = NULL;
 
-/* An event this transaction sends */
-typedef struct LocalEvent
-{
-	uint64		seq;
-	uint64		token;
-	uint8		kind;
-	uint8		mode;
-	uint16		name_len;
-	uint16		owner_len;
-	char		lifetime[16];
-	char		name[DLOCK_NAME_MAX];
-	char		owner[DLOCK_OWNER_MAX];
-} LocalEvent;
+/* The sender's batch: taken off its queue, sent in its transaction */
+static int32 batch_head = EVENT_NONE;
+static int32 batch_tail = EVENT_NONE;
+static int	batch_len = 0;
+static uint32 batch_lost = 0;
 
-/* A lease this transaction granted or claimed */
-typedef struct LocalLease
-{
-	DLockKey	key;
-	uint32		hash;
-	uint64		token;
-} LocalLease;
-
-/* this transaction's, in a context of their own (the worker's sender too) */
-static MemoryContext cxt = NULL;
-static List *to_send = NIL;		/* LocalEvent */
-static List *granted = NIL;		/* LocalLease */
-static List *claimed = NIL;		/* LocalLease */
-static uint32 lost = 0;			/* "lost" events taken for this database */
-static bool locked = false;		/* holds the NOTIFY lock */
+/* a commit's recording: the sender to wake once it is done */
+static Latch *to_wake = NULL;
+static bool wake_watcher = false;
 
 Size
 dlock_events_shmem_size(void)
@@ -150,6 +141,12 @@ dlock_events_shmem_init(LWLock *lock)
 	pg_atomic_init_u64(&shared->seq, 0);
 	pg_atomic_init_u32(&shared->in_use, 0);
 	shared->lock = lock;
+	for (int i = 0; i < EVENT_SLOTS; i++)
+		shared->slots[i].next = (i + 1 < EVENT_SLOTS) ? i + 1 : EVENT_NONE;
+	shared->free = 0;
+	shared->waiting = EVENT_NONE;
+	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+		shared->queues[i].head = shared->queues[i].tail = EVENT_NONE;
 }
 
 bool
@@ -184,91 +181,163 @@ dlock_event_lifetime(const DLockEntry *lease)
 	return dlock_lifetime_name((DLockLifetime) lease->lifetime);
 }
 
-/* The caller holds the buffer's lock. */
-static PendingEvent *
-free_slot(void)
+/*
+ * The queue of a database, or NULL; with create, an unused or idle one
+ * becomes its.  The caller holds the buffer's lock.
+ */
+static EventQueue *
+queue_of(Oid dbid, bool create)
 {
-	if (shared->used == EVENT_SLOTS)
-		return NULL;
-	for (int i = 0; i < EVENT_SLOTS; i++)
+	EventQueue *idle = NULL;
+
+	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
 	{
-		if (shared->slots[i].seq == 0)
-		{
-			shared->used++;
-			return &shared->slots[i];
-		}
+		EventQueue *q = &shared->queues[i];
+
+		if (q->dbid == dbid)
+			return q;
+		if (idle == NULL && q->head == EVENT_NONE && q->lost == 0 &&
+			q->sender == NULL)
+			idle = q;
 	}
-	return NULL;
+	if (!create || idle == NULL)
+		return NULL;
+	idle->dbid = dbid;
+	return idle;
 }
 
-static void
-drop_slot(PendingEvent *ev)
+/* A free slot, or NULL; the caller holds the buffer's lock. */
+static PendingEvent *
+take_slot(void)
 {
-	ev->seq = 0;
-	shared->used--;
+	PendingEvent *ev;
+
+	if (shared->free == EVENT_NONE)
+		return NULL;
+	ev = &shared->slots[shared->free];
+	shared->free = ev->next;
+	shared->used++;
+	return ev;
+}
+
+/* Gives back the slots of a list, first to last, all linked. */
+static void
+free_slots(int32 first, int32 last, int n)
+{
+	if (first == EVENT_NONE)
+		return;
+	shared->slots[last].next = shared->free;
+	shared->free = first;
+	shared->used -= n;
+}
+
+/* Queues an event to send; the caller holds the buffer's lock. */
+static void
+enqueue(PendingEvent *ev)
+{
+	EventQueue *q = queue_of(ev->dbid, true);
+	int32		i = ev - shared->slots;
+
+	if (q == NULL)
+	{
+		/* no queue for it (as many databases with events as slots) */
+		ev->next = EVENT_NONE;
+		free_slots(i, i, 1);
+		return;
+	}
+	ev->next = EVENT_NONE;
+	if (q->tail == EVENT_NONE)
+		q->head = i;
+	else
+		shared->slots[q->tail].next = i;
+	q->tail = i;
+	if (q->sender != NULL)
+		to_wake = q->sender;
+	else
+		wake_watcher = true;
+}
+
+/* An event that found no room; the caller holds the buffer's lock. */
+static void
+count_lost(Oid dbid)
+{
+	EventQueue *q = queue_of(dbid, true);
+
+	if (q == NULL)
+		return;
+	q->lost++;
+	if (q->sender != NULL)
+		to_wake = q->sender;
+	else
+		wake_watcher = true;
+}
+
+/* Wakes whoever must send what was just queued (after the buffer's lock). */
+static void
+wake(void)
+{
+	if (to_wake != NULL)
+		SetLatch(to_wake);
+	if (wake_watcher)
+		dlock_wake_watcher();
+	to_wake = NULL;
+	wake_watcher = false;
 }
 
 /*
- * Records an event of lease for a later sender; the caller holds the
- * lease's partition lock.  A lease whose grant is still uncommitted (by
- * another backend than claim_pid) has it wait for that commit.
+ * Records an end of lease (seq taken), queued at once or, while another
+ * backend's grant of it has not committed, left to wait for that commit.
+ * The caller holds the lease's partition lock.  Its events end here.
  */
 static void
-record(DLockEntry *lease, DLockEventKind kind, uint64 seq, int claim_pid,
-	   uint8 flags)
+record_end(DLockEntry *lease, DLockEventKind kind)
 {
 	DLockEntry *head = dlock_head_of(lease);
 	PendingEvent *ev;
-	bool		ready;
 
+	lease->ev.on = false;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	ev = free_slot();
+	ev = take_slot();
 	if (ev == NULL)
+		count_lost(lease->key.dbid);
+	else
 	{
-		shared->lost_db[lease->db] = lease->key.dbid;
-		shared->lost[lease->db]++;
-		LWLockRelease(shared->lock);
-		dlock_wake_watcher();
-		return;
+		ev->seq = next_seq();
+		ev->token = lease->token;
+		ev->dbid = lease->key.dbid;
+		ev->grant_pid = lease->ev.seq != 0 ? lease->ev.pid : 0;
+		ev->kind = (uint8) kind;
+		ev->mode = lease->mode;
+		strlcpy(ev->lifetime, dlock_event_lifetime(lease), sizeof(ev->lifetime));
+		ev->name_len = head->key.len;
+		memcpy(ev->name, head->key.name, head->key.len);
+		ev->owner_len = lease->owner.len;
+		memcpy(ev->owner, lease->owner.str, lease->owner.len);
+		if (ev->grant_pid != 0)
+		{
+			ev->next = shared->waiting;
+			shared->waiting = ev - shared->slots;
+		}
+		else
+			enqueue(ev);
 	}
-	ev->seq = seq;
-	ev->token = lease->token;
-	ev->dbid = lease->key.dbid;
-	ev->grant_pid = lease->ev.seq != 0 ? lease->ev.pid : 0;
-	ev->claim_pid = claim_pid;
-	ev->taken_by = 0;
-	ev->kind = (uint8) kind;
-	ev->mode = lease->mode;
-	ev->flags = flags;
-	strlcpy(ev->lifetime, dlock_event_lifetime(lease), sizeof(ev->lifetime));
-	ev->name_len = head->key.len;
-	memcpy(ev->name, head->key.name, head->key.len);
-	ev->owner_len = lease->owner.len;
-	memcpy(ev->owner, lease->owner.str, lease->owner.len);
-	ready = (ev->grant_pid == 0 && ev->claim_pid == 0);
 	LWLockRelease(shared->lock);
-	if (ready)
-		dlock_wake_watcher();
+	wake();
 }
 
 /*
- * An end noticed outside any commit that sends it.  A lease being released
- * or forced by a commit under way (claimed) has that end's event instead,
- * unless the commit fails; a lease released while pinned sent its end
- * already.
+ * An end noticed outside the commit that makes it (a release within a
+ * minimum hold ends as a release, at the hold's end); a lease released
+ * while pinned, or whose end was recorded, sends nothing more.
  */
 static void
 lease_ends(DLockEntry *lease, DLockEventKind kind)
 {
 	if (!lease->ev.on || lease->released)
 		return;
-	if (lease->ev.claim != 0)
-		record(lease, kind, next_seq(), lease->ev.claim, EV_DURING_CLAIM);
-	else
-		record(lease, kind, next_seq(), 0, 0);
+	record_end(lease, kind);
 }
 
-/* a lease released within its minimum hold ends as a release, at its end */
 void
 dlock_event_expired(DLockEntry *lease)
 {
@@ -283,197 +352,224 @@ dlock_event_ended(DLockEntry *lease)
 }
 
 /*
- * Takes the lock NOTIFY takes at commit to queue its notifications, before
- * anything is read for sending: the events of this transaction are queued,
- * and it commits, before any other sender looks.
+ * Before recording n events: while the buffer is nearly full and this
+ * database has a sender, waits (a bounded time, not interruptible: the
+ * transaction has committed) for it to make room.
  */
-static void
-begin(void)
-{
-	if (cxt == NULL)
-		cxt = AllocSetContextCreate(TopMemoryContext, "dlock events",
-									ALLOCSET_SMALL_SIZES);
-	if (locked)
-		return;
-	LockSharedObject(DatabaseRelationId, InvalidOid, 0, AccessExclusiveLock);
-	locked = true;
-}
-
-static LocalEvent *
-local_event(uint64 seq, uint64 token, DLockEventKind kind, uint8 mode,
-			const char *lifetime, const char *name, int name_len,
-			const char *owner, int owner_len)
-{
-	LocalEvent *ev = MemoryContextAlloc(cxt, sizeof(LocalEvent));
-
-	ev->seq = seq;
-	strlcpy(ev->lifetime, lifetime, sizeof(ev->lifetime));
-	ev->token = token;
-	ev->kind = (uint8) kind;
-	ev->mode = mode;
-	ev->name_len = name_len;
-	memcpy(ev->name, name, name_len);
-	ev->owner_len = owner_len;
-	memcpy(ev->owner, owner, owner_len);
-	return ev;
-}
-
-static LocalLease *
-local_lease(const DLockKey *key, uint32 hash, uint64 token)
-{
-	LocalLease *l = MemoryContextAlloc(cxt, sizeof(LocalLease));
-
-	memcpy(&l->key, key, sizeof(DLockKey));
-	l->hash = hash;
-	l->token = token;
-	return l;
-}
-
 void
-dlock_events_add_grant(const DLockKey *key, const DLockOwner *owner,
-					   uint64 token, uint64 seq, DLockMode mode,
-					   const char *lifetime)
+dlock_events_commit_begin(int n)
 {
-	MemoryContext old;
+	int			need = Min(n, EVENT_SLOTS / 4);
+	Latch	   *sender = NULL;
 
-	begin();
-	old = MemoryContextSwitchTo(cxt);
-	to_send = lappend(to_send, local_event(seq, token, DLOCK_EVENT_GRANTED, mode,
-										   lifetime, key->name, key->len,
-										   owner->str, owner->len));
-	granted = lappend(granted, local_lease(key, dlock_key_hash(key), token));
-	MemoryContextSwitchTo(old);
+	for (int waited = 0; waited < EVENT_ROOM_WAIT; waited++)
+	{
+		/* unlocked reads: a hint; recording finds out for sure */
+		if (shared->used <= EVENT_SLOTS - need)
+			return;
+		if (sender == NULL)
+		{
+			LWLockAcquire(shared->lock, LW_SHARED);
+			for (int i = 0; i < DLOCK_MAX_DATABASES && sender == NULL; i++)
+			{
+				if (shared->queues[i].dbid == MyDatabaseId)
+					sender = shared->queues[i].sender;
+			}
+			LWLockRelease(shared->lock);
+			if (sender == NULL)
+				return;			/* none to wait for */
+		}
+		SetLatch(sender);
+		pg_usleep(1000L);
+	}
 }
 
 /*
- * A release or force this transaction applies at commit: the lease, if it
- * still carries token, is claimed and its end takes its seq now.  The end
- * of a lease whose grant another backend has not committed yet waits for
- * that commit.
+ * A grant (of key, under hash) committed: its event is queued, then the
+ * ends of its lease that waited for the commit, and its later ends no
+ * longer wait.
  */
 void
-dlock_events_add_end(const DLockKey *key, uint32 hash, uint64 token, bool forced)
+dlock_events_commit_grant(const DLockKey *key, uint32 hash,
+						  const DLockOwner *owner, uint64 token, uint64 seq,
+						  DLockMode mode, const char *lifetime)
 {
 	LWLock	   *lock = dlock_partition_lock(hash);
-	DLockEventKind kind = forced ? DLOCK_EVENT_FORCED : DLOCK_EVENT_RELEASED;
-	LocalEvent *ev;
-	LocalLease *l;
 	DLockEntry *lease;
-	MemoryContext old;
-	bool		on;
+	PendingEvent *ev;
+	int32	   *prev;
 
-	/* a lease without events needs no NOTIFY lock, taken before any LWLock */
-	LWLockAcquire(lock, LW_SHARED);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	ev = take_slot();
+	if (ev == NULL)
+		count_lost(key->dbid);
+	else
+	{
+		ev->seq = seq;
+		ev->token = token;
+		ev->dbid = key->dbid;
+		ev->grant_pid = 0;
+		ev->kind = (uint8) DLOCK_EVENT_GRANTED;
+		ev->mode = (uint8) mode;
+		strlcpy(ev->lifetime, lifetime, sizeof(ev->lifetime));
+		ev->name_len = key->len;
+		memcpy(ev->name, key->name, key->len);
+		ev->owner_len = owner->len;
+		memcpy(ev->owner, owner->str, owner->len);
+		enqueue(ev);
+	}
+	prev = &shared->waiting;
+	while (*prev != EVENT_NONE)
+	{
+		PendingEvent *w = &shared->slots[*prev];
+
+		if (w->grant_pid == MyProcPid && w->token == token &&
+			w->dbid == key->dbid && w->name_len == key->len &&
+			memcmp(w->name, key->name, key->len) == 0)
+		{
+			*prev = w->next;
+			w->grant_pid = 0;
+			enqueue(w);
+		}
+		else
+			prev = &w->next;
+	}
+	LWLockRelease(shared->lock);
 	lease = dlock_find_lease(key, hash, token);
-	on = (lease != NULL && lease->ev.on);
+	if (lease != NULL && lease->ev.pid == MyProcPid)
+		lease->ev.seq = 0;
 	LWLockRelease(lock);
-	if (!on)
-		return;
-	begin();
-	old = MemoryContextSwitchTo(cxt);
-	/* allocated first: nothing allocates under the lock */
-	ev = local_event(0, token, kind, 0, "", key->name, key->len, "", 0);
-	l = local_lease(key, hash, token);
-	MemoryContextSwitchTo(old);
+	wake();
+}
+
+/*
+ * A release or force (of key, under hash) committed, about to be applied:
+ * the lease's end, if it still carries token and its end was not recorded.
+ */
+void
+dlock_events_commit_end(const DLockKey *key, uint32 hash, uint64 token,
+						bool forced)
+{
+	LWLock	   *lock = dlock_partition_lock(hash);
+	DLockEntry *lease;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	lease = dlock_find_lease(key, hash, token);
-	if (lease == NULL || !lease->ev.on || lease->released || lease->ev.claim != 0)
-	{
-		/* ended already, with its own event if any */
-		LWLockRelease(lock);
-		pfree(ev);
-		pfree(l);
-		return;
-	}
-	lease->ev.claim = MyProcPid;
-	if (lease->ev.seq != 0 && lease->ev.pid != MyProcPid)
-	{
-		record(lease, kind, next_seq(), MyProcPid, EV_CLAIMED);
-		pfree(ev);
-	}
-	else
-	{
-		ev->seq = next_seq();
-		ev->mode = lease->mode;
-		strlcpy(ev->lifetime, dlock_event_lifetime(lease), sizeof(ev->lifetime));
-		ev->owner_len = lease->owner.len;
-		memcpy(ev->owner, lease->owner.str, lease->owner.len);
-		old = MemoryContextSwitchTo(cxt);
-		to_send = lappend(to_send, ev);
-		MemoryContextSwitchTo(old);
-	}
+	if (lease != NULL && lease->ev.on && !lease->released)
+		record_end(lease, forced ? DLOCK_EVENT_FORCED : DLOCK_EVENT_RELEASED);
 	LWLockRelease(lock);
-	old = MemoryContextSwitchTo(cxt);
-	claimed = lappend(claimed, l);
-	MemoryContextSwitchTo(old);
 }
 
-static bool
-any_lost(void)
+/* Drops the waiting ends of grants by this backend (of token, if not 0). */
+static void
+drop_waiting(const DLockKey *key, uint64 token)
 {
-	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+	int32	   *prev;
+
+	if (shared->waiting == EVENT_NONE)
+		return;					/* unlocked: only we add ours */
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	prev = &shared->waiting;
+	while (*prev != EVENT_NONE)
 	{
-		if (shared->lost[i] != 0)
-			return true;
+		int32		i = *prev;
+		PendingEvent *w = &shared->slots[i];
+
+		if (w->grant_pid == MyProcPid &&
+			(key == NULL ||
+			 (w->token == token && w->dbid == key->dbid &&
+			  w->name_len == key->len &&
+			  memcmp(w->name, key->name, key->len) == 0)))
+		{
+			*prev = w->next;
+			free_slots(i, i, 1);
+		}
+		else
+			prev = &w->next;
 	}
-	return false;
+	LWLockRelease(shared->lock);
+}
+
+/* Forgets the recorded ends of a grant a subtransaction took back. */
+void
+dlock_events_undone(const DLockKey *key, uint64 token)
+{
+	drop_waiting(key, token);
+}
+
+/* The transaction aborted: the ends of its grants are never sent. */
+void
+dlock_events_aborted(void)
+{
+	drop_waiting(NULL, 0);
 }
 
 /*
- * Takes the recorded events this transaction may send: those of its
- * database that wait for nothing, and the ends of its own grants.
+ * The sender of this database: registers its latch, or returns false if
+ * its database has no queue to take.
  */
-static void
-take_recorded(void)
+bool
+dlock_events_sender_start(Latch *latch)
 {
-	LocalEvent *taken;
-	int			ntaken = 0;
+	EventQueue *q;
 
-	/* a read without the lock: anything recorded later is a later sender's */
-	if (shared->used == 0 && !any_lost())
-		return;
-	taken = MemoryContextAlloc(cxt, sizeof(LocalEvent) * EVENT_SLOTS);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
-	{
-		if (shared->lost[i] != 0 && shared->lost_db[i] == MyDatabaseId)
-		{
-			lost += shared->lost[i];
-			shared->lost[i] = 0;
-		}
-	}
-	for (int i = 0; i < EVENT_SLOTS && shared->used > 0; i++)
-	{
-		PendingEvent *ev = &shared->slots[i];
-		LocalEvent *l = &taken[ntaken];
+	q = queue_of(MyDatabaseId, true);
+	if (q != NULL)
+		q->sender = latch;
+	LWLockRelease(shared->lock);
+	return q != NULL;
+}
 
-		if (ev->seq == 0 || ev->dbid != MyDatabaseId || ev->taken_by != 0 ||
-			ev->claim_pid != 0 ||
-			(ev->grant_pid != 0 && ev->grant_pid != MyProcPid))
-			continue;
-		ev->taken_by = MyProcPid;
-		l->seq = ev->seq;
-		l->token = ev->token;
-		l->kind = ev->kind;
-		l->mode = ev->mode;
-		memcpy(l->lifetime, ev->lifetime, sizeof(l->lifetime));
-		l->name_len = ev->name_len;
-		memcpy(l->name, ev->name, ev->name_len);
-		l->owner_len = ev->owner_len;
-		memcpy(l->owner, ev->owner, ev->owner_len);
-		ntaken++;
+/* The sender, idle: stops (true) unless an event came meanwhile. */
+bool
+dlock_events_sender_stop(void)
+{
+	EventQueue *q;
+	bool		stop;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	q = queue_of(MyDatabaseId, false);
+	stop = (q == NULL || (q->head == EVENT_NONE && q->lost == 0));
+	if (stop && q != NULL && q->sender == MyLatch)
+		q->sender = NULL;
+	LWLockRelease(shared->lock);
+	return stop;
+}
+
+/*
+ * The sender takes its database's queue whole (a list handed over: the
+ * lock is held for a few stores).  Returns whether it took anything.
+ */
+bool
+dlock_events_take(void)
+{
+	EventQueue *q;
+
+	Assert(batch_head == EVENT_NONE && batch_lost == 0);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	q = queue_of(MyDatabaseId, false);
+	if (q != NULL)
+	{
+		batch_head = q->head;
+		batch_tail = q->tail;
+		batch_lost = q->lost;
+		q->head = q->tail = EVENT_NONE;
+		q->lost = 0;
 	}
 	LWLockRelease(shared->lock);
-	for (int i = 0; i < ntaken; i++)
-		to_send = lappend(to_send, &taken[i]);
+	batch_len = 0;
+	for (int32 i = batch_head; i != EVENT_NONE; i = shared->slots[i].next)
+		batch_len++;
+	return batch_head != EVENT_NONE || batch_lost != 0;
 }
 
 static int
-by_seq(const ListCell *a, const ListCell *b)
+by_seq(const void *a, const void *b)
 {
-	const LocalEvent *x = lfirst(a);
-	const LocalEvent *y = lfirst(b);
+	const PendingEvent *x = *(PendingEvent *const *) a;
+	const PendingEvent *y = *(PendingEvent *const *) b;
 
 	return x->seq < y->seq ? -1 : (x->seq > y->seq ? 1 : 0);
 }
@@ -484,7 +580,7 @@ static const char *const kind_names[] = {
 
 /* One event's payload */
 static void
-payload(StringInfo buf, const LocalEvent *ev)
+payload(StringInfo buf, const PendingEvent *ev)
 {
 	char		str[Max(DLOCK_NAME_MAX, DLOCK_OWNER_MAX) + 1];
 
@@ -503,152 +599,77 @@ payload(StringInfo buf, const LocalEvent *ev)
 }
 
 /*
- * Queues this transaction's events, and the recorded ones it may send,
- * with NOTIFY, in seq order.  The sender of the worker calls it in a
- * transaction of its own, with no events of its own.
+ * In the sender's transaction: queues the batch it took with NOTIFY, the
+ * "lost" count first, then the events in seq order, and gives their slots
+ * back (NOTIFY copied them).
  */
 void
-dlock_events_send(void)
+dlock_events_notify(void)
 {
-	MemoryContext old;
+	PendingEvent **evs;
 	StringInfoData buf;
-	ListCell   *lc;
+	int			n = 0;
 
-	/* nothing of ours, nothing recorded: no need to wait for other senders */
-	if (!locked && shared->used == 0 && !any_lost())
-		return;
-	begin();
-	old = MemoryContextSwitchTo(cxt);
-	take_recorded();
-	list_sort(to_send, by_seq);
 	initStringInfo(&buf);
-	if (lost != 0)
+	if (batch_lost != 0)
 	{
-		appendStringInfo(&buf, "{\"event\": \"lost\", \"count\": %u}", lost);
+		appendStringInfo(&buf, "{\"event\": \"lost\", \"count\": %u}", batch_lost);
 		Async_Notify("dlock", buf.data);
 	}
-	foreach(lc, to_send)
+	evs = palloc(sizeof(PendingEvent *) * Max(batch_len, 1));
+	for (int32 i = batch_head; i != EVENT_NONE; i = shared->slots[i].next)
+		evs[n++] = &shared->slots[i];
+	qsort(evs, n, sizeof(PendingEvent *), by_seq);
+	for (int i = 0; i < n; i++)
 	{
 		resetStringInfo(&buf);
-		payload(&buf, lfirst(lc));
+		payload(&buf, evs[i]);
 		Async_Notify("dlock", buf.data);
 	}
-	MemoryContextSwitchTo(old);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	free_slots(batch_head, batch_tail, batch_len);
+	LWLockRelease(shared->lock);
+	batch_head = batch_tail = EVENT_NONE;
+	pfree(evs);
+	pfree(buf.data);
 }
 
-/* Forgets the recorded ends of a grant a subtransaction took back. */
+/* After the sender's transaction committed: its batch was sent. */
 void
-dlock_events_undone(const DLockKey *key, uint64 token)
+dlock_events_sent(void)
 {
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < EVENT_SLOTS && shared->used > 0; i++)
-	{
-		PendingEvent *ev = &shared->slots[i];
-
-		if (ev->seq != 0 && ev->grant_pid == MyProcPid && ev->token == token &&
-			ev->dbid == key->dbid && ev->name_len == key->len &&
-			memcmp(ev->name, key->name, key->len) == 0)
-			drop_slot(ev);
-	}
-	LWLockRelease(shared->lock);
+	batch_head = batch_tail = EVENT_NONE;
+	batch_len = 0;
+	batch_lost = 0;
 }
 
 /*
- * After the commit: the grants it sent are announced (their ends no longer
- * wait), what it sent is forgotten, and what waited for it is dropped or
- * becomes ready.  After an abort: what it took goes back, what waited for
- * its grants is dropped, an end it claimed is released again.
+ * The sender exits, whatever ends it: a batch taken and not sent is counted
+ * as lost, for the next sender to say so, and it is no longer the sender.
  */
 void
-dlock_events_end(bool commit)
+dlock_events_sender_exit(void)
 {
-	ListCell   *lc;
-	bool		ready = false;
+	EventQueue *q;
 
-	foreach(lc, commit ? granted : claimed)
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	free_slots(batch_head, batch_tail, batch_len);
+	q = queue_of(MyDatabaseId, batch_len != 0 || batch_lost != 0);
+	if (q != NULL)
 	{
-		LocalLease *l = lfirst(lc);
-		LWLock	   *lock = dlock_partition_lock(l->hash);
-		DLockEntry *lease;
-
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		lease = dlock_find_lease(&l->key, l->hash, l->token);
-		if (lease != NULL && commit && lease->ev.pid == MyProcPid)
-			lease->ev.seq = 0;
-		if (lease != NULL && !commit && lease->ev.claim == MyProcPid)
-			lease->ev.claim = 0;
-		LWLockRelease(lock);
+		q->lost += batch_lost + batch_len;
+		if (q->sender == MyLatch)
+			q->sender = NULL;
 	}
-	if (shared != NULL && (shared->used > 0 || lost != 0))
-	{
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		for (int i = 0; i < EVENT_SLOTS && shared->used > 0; i++)
-		{
-			PendingEvent *ev = &shared->slots[i];
-			bool		waits = false;
-
-			if (ev->seq == 0)
-				continue;
-			if (ev->taken_by == MyProcPid)
-			{
-				if (commit)
-				{
-					drop_slot(ev);
-					continue;
-				}
-				ev->taken_by = 0;
-				waits = true;
-			}
-			if (ev->claim_pid == MyProcPid)
-			{
-				if (commit == ((ev->flags & EV_DURING_CLAIM) != 0))
-				{
-					drop_slot(ev);
-					continue;
-				}
-				ev->claim_pid = 0;
-				ev->flags = 0;
-				waits = true;
-			}
-			if (ev->grant_pid == MyProcPid)
-			{
-				if (!commit)
-				{
-					drop_slot(ev);
-					continue;
-				}
-				ev->grant_pid = 0;
-				waits = true;
-			}
-			ready |= (waits && ev->grant_pid == 0 && ev->claim_pid == 0 &&
-					  ev->taken_by == 0);
-		}
-		if (!commit && lost != 0)
-		{
-			for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
-			{
-				if (shared->lost_db[i] == MyDatabaseId)
-				{
-					shared->lost[i] += lost;
-					ready = true;
-					break;
-				}
-			}
-		}
-		LWLockRelease(shared->lock);
-	}
-	if (ready)
-		dlock_wake_watcher();
-	to_send = NIL;
-	granted = NIL;
-	claimed = NIL;
-	lost = 0;
-	locked = false;				/* released with the transaction's locks */
-	if (cxt != NULL)
-		MemoryContextReset(cxt);
+	LWLockRelease(shared->lock);
+	dlock_events_sent();
+	/* a sender stopped: the worker hears of it and starts one if need be */
 }
 
-/* The databases with events that wait for nothing but a sender. */
+/*
+ * The databases with events (or a lost count) to send and no sender, for
+ * the worker to start one there.
+ */
 int
 dlock_events_databases(Oid *dbids, int max)
 {
@@ -657,21 +678,10 @@ dlock_events_databases(Oid *dbids, int max)
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < DLOCK_MAX_DATABASES && n < max; i++)
 	{
-		if (shared->lost[i] != 0)
-			dbids[n++] = shared->lost_db[i];
-	}
-	for (int i = 0; i < EVENT_SLOTS && n < max && shared->used > 0; i++)
-	{
-		PendingEvent *ev = &shared->slots[i];
-		bool		known = false;
+		EventQueue *q = &shared->queues[i];
 
-		if (ev->seq == 0 || ev->taken_by != 0 || ev->claim_pid != 0 ||
-			ev->grant_pid != 0)
-			continue;
-		for (int j = 0; j < n; j++)
-			known |= (dbids[j] == ev->dbid);
-		if (!known)
-			dbids[n++] = ev->dbid;
+		if ((q->head != EVENT_NONE || q->lost != 0) && q->sender == NULL)
+			dbids[n++] = q->dbid;
 	}
 	LWLockRelease(shared->lock);
 	return n;
@@ -681,16 +691,34 @@ dlock_events_databases(Oid *dbids, int max)
 void
 dlock_events_forget(Oid dbid)
 {
+	EventQueue *q;
+	int32	   *prev;
+
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < EVENT_SLOTS && shared->used > 0; i++)
+	q = queue_of(dbid, false);
+	if (q != NULL)
 	{
-		if (shared->slots[i].seq != 0 && shared->slots[i].dbid == dbid)
-			drop_slot(&shared->slots[i]);
+		int			n = 0;
+
+		for (int32 i = q->head; i != EVENT_NONE; i = shared->slots[i].next)
+			n++;
+		free_slots(q->head, q->tail, n);
+		q->head = q->tail = EVENT_NONE;
+		q->lost = 0;
 	}
-	for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
+	prev = &shared->waiting;
+	while (*prev != EVENT_NONE)
 	{
-		if (shared->lost_db[i] == dbid)
-			shared->lost[i] = 0;
+		int32		i = *prev;
+		PendingEvent *w = &shared->slots[i];
+
+		if (w->dbid == dbid)
+		{
+			*prev = w->next;
+			free_slots(i, i, 1);
+		}
+		else
+			prev = &w->next;
 	}
 	LWLockRelease(shared->lock);
 }

@@ -1,8 +1,9 @@
 /*
  * events.h
  *		Change events: each grant and end of a lease granted with
- *		dlock.events on, sent with NOTIFY on channel "dlock" in the lease's
- *		database when the change commits (events.c).
+ *		dlock.events on, recorded in shared memory when the change commits
+ *		and sent with NOTIFY on channel "dlock" in the lease's database by
+ *		that database's sender (events.c).
  *
  * Every event carries "seq", taken from one counter under the name's
  * partition lock when the change takes effect: on each name, seq orders the
@@ -10,6 +11,8 @@
  */
 #ifndef DLOCK_EVENTS_H
 #define DLOCK_EVENTS_H
+
+#include "storage/latch.h"
 
 #include "engine.h"
 
@@ -54,22 +57,38 @@ extern void dlock_event_ended(DLockEntry *lease);
 extern const char *dlock_event_lifetime(const DLockEntry *lease);
 
 /*
- * At the top transaction's pre-commit (xact.c), in the order of its changes:
- * its grants and its releases (forced: by dlock_force_release), then send()
- * queues them, with the events left for this database, with NOTIFY.
+ * At the top transaction's commit (xact.c), before it applies its changes,
+ * in their order: commit_begin() with how many events it will record (it
+ * may wait, bounded, for room), then its grants and its releases (forced:
+ * by dlock_force_release).
  */
-extern void dlock_events_add_grant(const DLockKey *key, const DLockOwner *owner,
-								   uint64 token, uint64 seq, DLockMode mode,
-								   const char *lifetime);
-extern void dlock_events_add_end(const DLockKey *key, uint32 hash, uint64 token,
-								 bool forced);
-extern void dlock_events_send(void);
+extern void dlock_events_commit_begin(int n);
+extern void dlock_events_commit_grant(const DLockKey *key, uint32 hash,
+									  const DLockOwner *owner, uint64 token,
+									  uint64 seq, DLockMode mode,
+									  const char *lifetime);
+extern void dlock_events_commit_end(const DLockKey *key, uint32 hash,
+									uint64 token, bool forced);
 
 /* A grant taken back by a subtransaction's abort. */
 extern void dlock_events_undone(const DLockKey *key, uint64 token);
 
-/* The transaction ended (after its changes were applied or undone). */
-extern void dlock_events_end(bool commit);
+/* The top transaction aborted. */
+extern void dlock_events_aborted(void);
+
+/*
+ * The sender of a database (worker.c): start() registers it (false: no
+ * room), stop() unregisters it when idle (false: events came meanwhile).
+ * Each batch: take() the queue (false: nothing), then notify() in a
+ * transaction, then sent() after its commit.  sender_exit() when it exits,
+ * however: a batch not sent is counted as lost.
+ */
+extern bool dlock_events_sender_start(Latch *latch);
+extern bool dlock_events_sender_stop(void);
+extern bool dlock_events_take(void);
+extern void dlock_events_notify(void);
+extern void dlock_events_sent(void);
+extern void dlock_events_sender_exit(void);
 
 /* A database's leases were dropped (dlock_db_purge): so are its events. */
 extern void dlock_events_forget(Oid dbid);

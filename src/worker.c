@@ -7,9 +7,10 @@
  * it), then ends what is due in short per-partition batches: each lease goes
  * to its next waiter or is dropped.  Rows left in a database's lease table
  * are deleted by a sweeper it starts there, which does what dlock_sweep()
- * does and exits; change events that wait for a sender (events.c) are sent
- * by a sender it starts in their database, which exits when none is left.  Waiters never depend on the worker: each times its holder's
- * expiry itself.
+ * does and exits.  Change events (events.c) are sent by a sender it starts
+ * in their database, whatever dlock.worker says, which stays while events
+ * come and exits after SENDER_LINGER without any.  Waiters never depend on
+ * the worker: each times its holder's expiry itself.
  *
  * Locking: expiries take one partition lock at a time, a batch at most per
  * hold; the sweeper holds none while it writes rows.
@@ -40,9 +41,14 @@
 
 #define MAX_SWEEPERS	8
 
-/* event senders (one per database at a time), and how often one starts */
+/*
+ * event senders (one per database at a time), how often one starts in a
+ * database, how long one idles before it exits, and its pace (microseconds)
+ */
 #define MAX_SENDERS		8
 #define SENDER_INTERVAL	(100 * 1000)
+#define SENDER_LINGER	(1000 * 1000)
+#define SENDER_PACE		1000	/* after a batch, before the next */
 
 void
 dlock_worker_register(void)
@@ -239,11 +245,12 @@ dlock_worker_main(Datum arg)
 			retry_at = start_sweepers(running, handles);
 			if (retry_at != 0 && (next == 0 || retry_at < next))
 				next = retry_at;
-			retry_at = start_senders(sending, senders, sent_at);
-			if (retry_at != 0 && (next == 0 || retry_at < next))
-				next = retry_at;
 			dlock_watch_at(next == 0 ? DLOCK_WATCH_IDLE : (uint64) next);
 		}
+		/* events are sent whatever dlock.worker says: nothing else sends them */
+		retry_at = start_senders(sending, senders, sent_at);
+		if (retry_at != 0 && (next == 0 || retry_at < next))
+			next = retry_at;
 		/* a grace after a promotion begins now, and its end is logged on time */
 		grace_end = dlock_grace_watch();
 		if (grace_end != 0 && (next == 0 || grace_end < next))
@@ -305,41 +312,62 @@ dlock_sweeper_main(Datum arg)
 static void
 sender_exit(int code, Datum arg)
 {
-	dlock_events_end(false);
+	dlock_events_sender_exit();
 }
 
 /*
- * Sends the events recorded for one database (events.c) with NOTIFY, each
- * batch in a transaction of its own, until none is left, then exits.  It
- * runs as the bootstrap superuser, with the database's settings.
+ * Sends the events recorded for one database (events.c) with NOTIFY, all
+ * that wait at each round in a transaction of its own, rounds at least
+ * SENDER_PACE apart while events come (a batch per round rather than a
+ * transaction and a wake-up per event); idle for SENDER_LINGER, it exits.  It runs as the bootstrap superuser, with the
+ * database's settings.
  */
 void
 dlock_sender_main(Datum arg)
 {
 	Oid			dbid = DatumGetObjectId(arg);
-	Oid			dbids[MAX_SENDERS];
-	bool		more = true;
+	int64		idle_since;
 
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
-	/* what it took and did not send goes back, whatever ends it */
+	/* whatever ends it: what it took and did not send is counted as lost */
 	before_shmem_exit(sender_exit, (Datum) 0);
+	if (!dlock_events_sender_start(MyLatch))
+		proc_exit(0);
 	pgstat_report_activity(STATE_RUNNING, "dlock events");
-	while (more)
+	idle_since = dlock_mono_now();
+	while (!ShutdownRequestPending)
 	{
-		int			n;
+		int64		idle;
 
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		dlock_events_send();
-		CommitTransactionCommand();
-		dlock_events_end(true);
-		more = false;
-		n = dlock_events_databases(dbids, MAX_SENDERS);
-		for (int i = 0; i < n; i++)
-			more |= (dbids[i] == dbid);
+		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+		if (dlock_events_take())
+		{
+			SetCurrentStatementStartTimestamp();
+			StartTransactionCommand();
+			dlock_events_notify();
+			CommitTransactionCommand();
+			dlock_events_sent();
+			idle_since = dlock_mono_now();
+
+			/*
+			 * While events come, gather for a moment without sleeping on
+			 * the latch: committers then set it without waking anyone
+			 */
+			pg_usleep(SENDER_PACE);
+			continue;
+		}
+		idle = dlock_mono_now() - idle_since;
+		if (idle >= SENDER_LINGER)
+		{
+			if (dlock_events_sender_stop())
+				break;
+			continue;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 (SENDER_LINGER - idle + 999) / 1000, PG_WAIT_EXTENSION);
 	}
 	pgstat_report_activity(STATE_IDLE, NULL);
 	proc_exit(0);

@@ -9,8 +9,9 @@
  * an abort forgets them.  So shared memory changes a lease's expiry or ends
  * it only when the row write that says so has committed, and a rolled-back
  * write never touches it.  A committed subtransaction hands its log to its
- * parent.  The top-level commit also sends the change events of its grants
- * and releases (events.c), before it commits.
+ * parent.  The top-level commit also records the change events of its
+ * grants and releases (events.c), after it commits and before it applies
+ * them; a sender sends them.
  *
  * Locking: the log is backend-local; applying it takes the partition lock
  * of one name at a time (through wait.c).
@@ -619,14 +620,28 @@ refuse_prepare(void)
 }
 
 /*
- * Queues the events of the transaction's grants and of the releases it
- * applies at commit, in the order they were made (events.c).
+ * Records the events of the transaction's grants and of the releases it
+ * applies, in the order they were made (events.c), once it has committed
+ * and before it applies them.  Nothing here can fail.
  */
 static void
-send_events(void)
+commit_events(void)
 {
 	ListCell   *lc;
+	int			n = 0;
 
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		n += (op->token != 0 &&
+			  ((op->kind == DLOCK_OP_ACQUIRE && op->event_seq != 0) ||
+			   (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL &&
+				op->expires == 0)));
+	}
+	if (n == 0)
+		return;
+	dlock_events_commit_begin(n);
 	foreach(lc, ops)
 	{
 		DLockOp    *op = lfirst(lc);
@@ -634,14 +649,13 @@ send_events(void)
 		if (op->token == 0)
 			continue;
 		if (op->kind == DLOCK_OP_ACQUIRE && op->event_seq != 0)
-			dlock_events_add_grant(&op->key, &op->owner, op->token, op->event_seq,
-								   (DLockMode) op->mode,
-								   dlock_lifetime_name((DLockLifetime) op->lifetime));
+			dlock_events_commit_grant(&op->key, op->hash, &op->owner, op->token,
+									  op->event_seq, (DLockMode) op->mode,
+									  dlock_lifetime_name((DLockLifetime) op->lifetime));
 		else if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL &&
 				 op->expires == 0)
-			dlock_events_add_end(&op->key, op->hash, op->token, op->forced);
+			dlock_events_commit_end(&op->key, op->hash, op->token, op->forced);
 	}
-	dlock_events_send();
 }
 
 static void
@@ -649,16 +663,12 @@ xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
-		case XACT_EVENT_PRE_COMMIT:
-			/* events off (no lease ever had them): one flag test */
-			if (ops != NIL && dlock_events_in_use())
-				send_events();
-			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			apply_commit();
+			/* events off (no lease ever had them): one flag test */
 			if (ops != NIL && dlock_events_in_use())
-				dlock_events_end(true);
+				commit_events();
+			apply_commit();
 			ops = NIL;
 			op_index = NULL;	/* freed with TopTransactionContext */
 			fence_index = NULL;
@@ -667,7 +677,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			undo_from(0);
 			if (ops != NIL && dlock_events_in_use())
-				dlock_events_end(false);
+				dlock_events_aborted();
 			ops = NIL;
 			op_index = NULL;
 			fence_index = NULL;

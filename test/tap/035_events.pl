@@ -1,15 +1,17 @@
-# Change events (dlock.events): NOTIFY dlock at commit.
+# Change events (dlock.events): NOTIFY dlock, by the database's sender, after
+# the commit.
 #
 # A LISTEN session (psql) collects every event; each scenario then compares
 # what arrived, in arrival order, with what must arrive: the payload's shape,
 # nothing from a rolled-back grant or a rolled-back savepoint, the order on
 # one name across sessions through a waiter's handoff, "forced", "expired"
-# sent by the worker's sender, by a session that takes the name over (before
-# its grant, in its transaction), and by the commit of a grant whose lease
-# ended before it (after its grant, or never if it rolls back), and nothing
+# sent by the sender (not the holder), also with dlock.worker off (before
+# the grant that took the name over), and at the commit of a grant whose
+# lease ended before it (after its grant, or never if it rolls back), and nothing
 # for a lease granted with events off; a release within a minimum hold sent
 # when the hold ends; "ended" for session and transaction leases (within a
-# minimum hold: when the hold ends).  seq grows on every name.
+# minimum hold: when the hold ends); concurrent cycles on exclusive names
+# arrive in seq order per name.  seq grows on every name.
 #
 # (Not an isolation spec: isolationtester prints payloads verbatim, and
 # tokens differ on every run.)
@@ -189,11 +191,16 @@ next_events(1);
 $a->query_safe(q{SELECT dlock_try('e', '200 ms', 'a')});
 @ev = next_events(2);
 is(summary(@ev), 'granted:e:a expired:e:a', 'an expiry nobody notices: sent by the worker');
-isnt($ev[1]->{pid}, $ev[0]->{pid}, 'from another process than the holder');
+# every event is sent by the database's sender, not by the lease's transaction
+my $a_pid = $a->query_safe('SELECT pg_backend_pid()');
+$a_pid =~ s/\s+//g;
+ok($ev[0]->{pid} != $a_pid && $ev[1]->{pid} == $ev[0]->{pid},
+	'both sent by the sender, another process than the holder');
 seq_grows('expired', @ev);
 
-# --- with the worker off, the session that takes the name over sends it,
-# in its transaction, before its grant
+# --- with the worker off, the expiry found by the session that takes the
+# name over is still sent (senders start whatever dlock.worker says), before
+# its grant
 $node->safe_psql('postgres', 'ALTER SYSTEM SET dlock.worker = off');
 $node->reload;
 $node->poll_query_until('postgres', q{SELECT current_setting('dlock.worker') = 'off'});
@@ -202,7 +209,7 @@ is(summary(next_events(1)), 'granted:t:a', 'the first grant');
 $b->query_safe(q{SELECT pg_sleep(0.3); SELECT dlock_try('t', '1 hour', 'b')});
 @ev = next_events(2);
 is(summary(@ev), 'expired:t:a granted:t:b', 'the expiry, then the grant that took the name over');
-is($ev[0]->{pid}, $ev[1]->{pid}, 'both sent by the taker');
+is($ev[0]->{pid}, $ev[1]->{pid}, 'both sent by the sender');
 seq_grows('taken over', @ev);
 $b->query_safe(q{SELECT dlock_release('t', 'b')});
 next_events(1);
@@ -309,6 +316,62 @@ no_more('a session end within the hold');
 is(summary(@ev), 'ended:sh:d', 'ended when the hold ends');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock_locks WHERE name = 'sh'}), '0',
 	'and gone');
+
+# --- order under concurrency: four sessions take and release three
+# exclusive names, each call its own transaction; on each name the events
+# arrive exactly in seq order, each grant followed by its release
+$node->safe_psql('postgres', 'CREATE TABLE cycles (n int)');
+my @busy = map { session('on') } 1 .. 4;
+for my $i (0 .. $#busy)
+{
+	$busy[$i]->query_until(qr/started/, qq{\\echo started
+DO \$\$
+DECLARE
+	t bigint;
+	n int := 0;
+	name text;
+BEGIN
+	FOR i IN 1..150 LOOP
+		name := 'c' || (i % 3);
+		t := dlock_try(name, '1 hour', 's$i');
+		COMMIT;
+		IF t > 0 THEN
+			PERFORM dlock_release(name, 's$i');
+			COMMIT;
+			n := n + 1;
+		END IF;
+	END LOOP;
+	INSERT INTO cycles VALUES (n);
+END
+\$\$;
+});
+}
+$_->query_safe('SELECT 1') for @busy;
+my $cycles = $node->safe_psql('postgres', 'SELECT sum(n) FROM cycles');
+ok($cycles > 0, "$cycles cycles");
+@ev = next_events(2 * $cycles);
+my (%top, %holder, $out_of_order, $unpaired);
+for my $e (@ev)
+{
+	$out_of_order++ if $e->{seq} <= ($top{ $e->{name} } // 0);
+	$top{ $e->{name} } = $e->{seq};
+	if ($e->{event} eq 'granted')
+	{
+		$unpaired++ if defined $holder{ $e->{name} };
+		$holder{ $e->{name} } = $e->{token};
+	}
+	else
+	{
+		$unpaired++
+		  if $e->{event} ne 'released'
+		  || ($holder{ $e->{name} } // 0) != $e->{token};
+		delete $holder{ $e->{name} };
+	}
+}
+is($out_of_order // 0, 0, 'on each name, events arrived in seq order');
+is($unpaired // 0, 0, 'each grant arrived before its release, nothing between them');
+no_more('concurrent cycles');
+$_->quit for @busy;
 
 $_->quit for ($a, $b, $c, $listener);
 $node->stop;
