@@ -26,6 +26,42 @@ CREATE TABLE dlock_lease_holds (
 );
 REVOKE ALL ON dlock_lease_holds FROM PUBLIC;
 
+-- Below, the four acquiring functions, dlock_list_locks and dlock_locks are
+-- dropped and created again with new columns and parameters, with the
+-- extension's own privileges.  Privileges an administrator changed on them
+-- are not carried over (a GRANT or REVOKE made here would be recorded as the
+-- extension's initial privileges, which pg_dump leaves out), so each one is
+-- named in a WARNING, with the statement that re-applies it after the update.
+DO $$
+DECLARE
+	obj record;
+	fresh aclitem[];
+BEGIN
+	FOR obj IN
+		SELECT 'FUNCTION' AS kind, p.oid::regprocedure::text AS name, p.proacl AS acl,
+			   acldefault('f', p.proowner) AS dflt
+		FROM pg_proc p
+		WHERE p.oid IN ('dlock_try(text, interval, text, text, integer)'::regprocedure,
+						'dlock_acquire(text, interval, interval, text, text, integer)'::regprocedure,
+						'dlock_try_all(text[], interval, text, text)'::regprocedure,
+						'dlock_acquire_all(text[], interval, interval, text, text)'::regprocedure,
+						'dlock_list_locks()'::regprocedure)
+		UNION ALL
+		SELECT 'TABLE', c.oid::regclass::text, c.relacl,
+			   acldefault('r', c.relowner) || makeaclitem(0, c.relowner, 'SELECT', false)
+		FROM pg_class c WHERE c.oid = 'dlock_locks'::regclass
+	LOOP
+		fresh := obj.dflt;
+		IF obj.acl IS NULL OR (obj.acl @> fresh AND obj.acl <@ fresh) THEN
+			CONTINUE;
+		END IF;
+		RAISE WARNING 'dlock 1.2 creates % again with the extension''s privileges; it had %',
+			obj.name, obj.acl
+			USING HINT = 'After the update, re-apply what you had changed, e.g. REVOKE EXECUTE ON FUNCTION dlock_try FROM PUBLIC, or GRANT ... TO a role.';
+	END LOOP;
+END
+$$;
+
 -- lifetime: what ends a new lease besides its ttl.  'ttl' nothing else;
 -- 'session' also the exit of the backend that took it; 'transaction' also
 -- the end of the transaction that took it.  NULL: 'session' when owner is
