@@ -29,25 +29,41 @@
 #include "settings.h"
 #include "tokens.h"
 
+/*
+ * A partition's expiry heap, alone in its cache line: grants and releases
+ * in different partitions write their heaps' roots without sharing a line.
+ */
+typedef union DLockHeap
+{
+	pairingheap heap;
+	char		pad[PG_CACHE_LINE_SIZE];
+} DLockHeap;
+
 typedef struct DLockShared
 {
-	LWLockPadded *locks;		/* DLOCK_PARTITIONS partition locks */
 	pg_atomic_uint32 nentries;
 	/* entries per database, by the slot dbslots.c gave the database */
 	pg_atomic_uint32 db_entries[DLOCK_MAX_DATABASES];
 	/*
 	 * per database: rows that ended leases left for the sweeper, counted
 	 * since the start (wrapping), and that count as a sweep that committed
-	 * having deleted all it saw last read it
+	 * having deleted all it saw last read it; read by every new head, so
+	 * kept off the lines the entry counts write
 	 */
-	pg_atomic_uint32 db_dead_rows[DLOCK_MAX_DATABASES];
+	pg_atomic_uint32 db_dead_rows[DLOCK_MAX_DATABASES] pg_attribute_aligned(PG_CACHE_LINE_SIZE);
 	pg_atomic_uint32 db_dead_swept[DLOCK_MAX_DATABASES];
 	/* per partition: its held, unpinned leases by expiry, earliest first */
-	pairingheap heaps[DLOCK_PARTITIONS];
+	DLockHeap	heaps[DLOCK_PARTITIONS] pg_attribute_aligned(PG_CACHE_LINE_SIZE);
 } DLockShared;
 
 
 static DLockShared *shared = NULL;
+
+/*
+ * The DLOCK_PARTITIONS partition locks, this process's pointer: every call
+ * reads it, so it is not kept in a line the entry counts write.
+ */
+static LWLockPadded *partition_locks = NULL;
 static HTAB *lock_hash = NULL;
 
 static int
@@ -88,7 +104,7 @@ key_match_fn(const void *a, const void *b, Size keysize)
 static pairingheap *
 partition_heap(int partition)
 {
-	pairingheap *heap = &shared->heaps[partition];
+	pairingheap *heap = &shared->heaps[partition].heap;
 
 	heap->ph_compare = expiry_cmp;
 	return heap;
@@ -174,9 +190,9 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 	 * only the first one initializes it.
 	 */
 	shared = ShmemInitStruct("dlock", MAXALIGN(sizeof(DLockShared)), &found);
+	partition_locks = locks;
 	if (!found)
 	{
-		shared->locks = locks;
 		pg_atomic_init_u32(&shared->nentries, 0);
 		for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
 		{
@@ -186,9 +202,9 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 		}
 		for (int i = 0; i < DLOCK_PARTITIONS; i++)
 		{
-			shared->heaps[i].ph_compare = expiry_cmp;
-			shared->heaps[i].ph_arg = NULL;
-			shared->heaps[i].ph_root = NULL;
+			shared->heaps[i].heap.ph_compare = expiry_cmp;
+			shared->heaps[i].heap.ph_arg = NULL;
+			shared->heaps[i].heap.ph_root = NULL;
 		}
 	}
 
@@ -242,7 +258,7 @@ dlock_mono_to_wall(int64 mono, int64 mono_now, TimestampTz wall_now)
 LWLock *
 dlock_partition_lock(uint32 hash)
 {
-	return &shared->locks[hash % DLOCK_PARTITIONS].lock;
+	return &partition_locks[hash % DLOCK_PARTITIONS].lock;
 }
 
 /* Always in partition order, so two scanners cannot deadlock. */
@@ -250,14 +266,14 @@ void
 dlock_lock_all_partitions(LWLockMode mode)
 {
 	for (int i = 0; i < DLOCK_PARTITIONS; i++)
-		LWLockAcquire(&shared->locks[i].lock, mode);
+		LWLockAcquire(&partition_locks[i].lock, mode);
 }
 
 void
 dlock_unlock_all_partitions(void)
 {
 	for (int i = DLOCK_PARTITIONS - 1; i >= 0; i--)
-		LWLockRelease(&shared->locks[i].lock);
+		LWLockRelease(&partition_locks[i].lock);
 }
 
 DLockEntry *
