@@ -32,7 +32,10 @@
  * crash of the server does), pg_control tells whether the server stopped
  * cleanly: anything but a shutdown checkpoint means a crash, and then a
  * grace as long as the file's longest unflushed ttl begins at once, before
- * recovery, in the same way as after a promotion.  A lost lease was granted
+ * recovery, in the same way as after a promotion.  Not on a server that
+ * starts as a standby or to recover to a target (a signal file): it leaves
+ * recovery on a new timeline, with the failover grace, and its file may
+ * be the copy of a primary's, made by a base backup.  A lost lease was granted
  * before the crash and ends within its ttl of its grant, so within that
  * grace.  The postmaster then sets the longest ttl back to 0, in the same
  * file write that records the grace: any later unflushed commit raises it
@@ -61,6 +64,8 @@
  * only to raise it.
  */
 #include "postgres.h"
+
+#include <sys/stat.h>
 
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
@@ -108,7 +113,7 @@ pg_atomic_uint32 *dlock_grace_flag = NULL;
 
 PG_FUNCTION_INFO_V1(dlock_grace);
 
-static void load_grace_file(bool crashed);
+static void load_grace_file(const char *clean);
 
 Size
 dlock_grace_shmem_size(void)
@@ -122,7 +127,8 @@ dlock_grace_shmem_init(LWLock *lock)
 {
 	bool		found;
 	bool		crc_ok;
-	bool		crashed;
+	const char *clean = NULL;
+	struct stat st;
 	ControlFileData *control;
 
 	grace = ShmemInitStruct("dlock grace", dlock_grace_shmem_size(), &found);
@@ -137,10 +143,19 @@ dlock_grace_shmem_init(LWLock *lock)
 	control = get_controlfile(DataDir, &crc_ok);
 	grace->start_tli = crc_ok ? control->checkPointCopy.ThisTimeLineID : 0;
 	/* a reinitialisation after a backend crash finds DB_IN_PRODUCTION */
-	crashed = !crc_ok || (control->state != DB_SHUTDOWNED &&
-						  control->state != DB_SHUTDOWNED_IN_RECOVERY);
+	if (crc_ok && (control->state == DB_SHUTDOWNED ||
+				   control->state == DB_SHUTDOWNED_IN_RECOVERY))
+		clean = "the server was shut down cleanly";
+
+	/*
+	 * A standby, or a recovery to a target, leaves recovery on a new
+	 * timeline, which begins the failover grace; its file may be a base
+	 * backup's, whose primary's WAL buffers it never had.
+	 */
+	else if (stat(STANDBY_SIGNAL_FILE, &st) == 0 || stat(RECOVERY_SIGNAL_FILE, &st) == 0)
+		clean = "the server starts in archive recovery, which ends on a new timeline";
 	pfree(control);
-	load_grace_file(crashed);
+	load_grace_file(clean);
 }
 
 /*
@@ -241,12 +256,12 @@ begin_grace(int64 length, const char *reason, const char *detail)
 
 /*
  * When shared memory is set up (the postmaster, before recovery): resumes
- * a grace the file says runs, and after a crash begins one as long as the
- * longest ttl committed without a flush, which is then set back to 0 (see
- * the top of the file).
+ * a grace the file says runs, and after a crash (clean NULL; else why it
+ * was none) begins one as long as the longest ttl committed without a
+ * flush, which is then set back to 0 (see the top of the file).
  */
 static void
-load_grace_file(bool crashed)
+load_grace_file(const char *clean)
 {
 	TimestampTz file_end;
 	int64		length;
@@ -270,13 +285,13 @@ load_grace_file(bool crashed)
 	}
 	if (unflushed <= 0)
 		return;
-	if (crashed)
+	if (clean == NULL)
 		begin_grace(unflushed, "a crash restart",
 					psprintf("Leases granted, renewed or extended without waiting for the WAL flush may have been lost in the crash; each ends within " INT64_FORMAT " ms, the longest ttl committed so.",
 							 unflushed / 1000));
 	else
 		ereport(LOG,
-				(errmsg("dlock begins no grace: the server was shut down cleanly")));
+				(errmsg("dlock begins no grace after this start: %s", clean)));
 	write_grace_file();
 }
 
