@@ -60,6 +60,7 @@ T_START=$(date +%s)
 # ---------------------------------------------------------------------------
 UNCONTENDED=(
   "dlock_durable|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default)"
+  "dlock_durable_flush|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.flush_grants=on|as dlock_durable, every grant flushed (dlock.flush_grants = on: the behaviour before 1.2, no grace after a crash)"
   "dlock_durable_events|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.events=on|as dlock_durable, with change events (dlock.events = on: a NOTIFY at each commit)"
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
   "dlock_mem|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"

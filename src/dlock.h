@@ -13,8 +13,6 @@
  *	xact.c			lease changes that follow the caller's transaction
  *	lifetime.c		leases that end with their session or transaction; telling
  *					backends apart (lifetime.h)
- *	grace.c			no new grant after a promotion until lost leases ended;
- *					the ttl bound that needs (dlock.failover_grace)
  *	the store, the lease table (durable rows; store.h), top to bottom:
  *	  rebuild.c		shared memory rebuilt from the table after a start
  *	  sweep.c		rows of ended leases deleted, restored rows' expiries moved
@@ -22,6 +20,9 @@
  *	  floor.c		the per-database token floor (dlock_token_floor)
  *	  dbslots.c		per-database slots; drops of a database or the extension
  *	  table.c		the table's lookup, SPI as its owner, direct-path shape
+ *	grace.c			no new grant after a promotion or a crash until lost
+ *					leases ended; the ttl bound that needs
+ *					(dlock.failover_grace); which commits may skip the flush
  *	args.c			the entry points' checks (args.h): preload, arguments
  *	grantwait.c		acting on another session's lease: the wait for its
  *					granting transaction, the bound on pinners

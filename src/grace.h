@@ -1,7 +1,8 @@
 /*
  * grace.h
- *		The grace after a promotion: no new grant until every lease the
- *		failover may have lost has ended (see grace.c).
+ *		The grace after a promotion or a crash restart: no new grant until
+ *		every lease the failover or the crash may have lost has ended (see
+ *		grace.c).
  */
 #ifndef DLOCK_GRACE_H
 #define DLOCK_GRACE_H
@@ -36,5 +37,11 @@ extern int64 dlock_grace_watch(void);
 
 /* Refuses a ttl that a failover could lose for longer than the grace. */
 extern void dlock_grace_check_ttl(int64 ttl, bool durable);
+
+/*
+ * At a commit: whether promises lasting at most lasts may skip the WAL
+ * flush, the crash grace raised to cover them if so (may ERROR).
+ */
+extern bool dlock_grace_unflushed(int64 lasts);
 
 #endif							/* DLOCK_GRACE_H */

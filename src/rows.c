@@ -43,6 +43,7 @@
 
 #include "compat.h"
 #include "engine.h"
+#include "grace.h"
 #include "rows.h"
 #include "store.h"
 #include "table.h"
@@ -58,7 +59,9 @@ static SPIPlanPtr plan_hold_write = NULL;
 static SPIPlanPtr plan_hold_update = NULL;
 static SPIPlanPtr plan_hold_delete = NULL;
 
-static void promise_commit(void);
+static void promise_commit(int64 lasts);
+static void note_row_wal(XLogRecPtr before, bool own);
+static bool table_plain(void);
 static void insert_spi(const DLockRow *row, Datum *args);
 
 static Datum
@@ -368,6 +371,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 {
 	Datum		args[10];
 	bool		direct = false;
+	XLogRecPtr	wal_before = XactLastRecEnd;
 
 	dlock_table_check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
@@ -380,7 +384,8 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 	args[7] = Int32GetDatum(row->permits);
 	args[8] = Int64GetDatum(row->version);
 	args[9] = ttl_datum(row->ttl);
-	promise_commit();
+	/* a takeover's deletions are flushed: see dlock_store_clear_rows */
+	promise_commit(row->takeover ? -1 : row->ttl);
 	if (!row->takeover)
 	{
 		/* in the table's column order */
@@ -395,6 +400,7 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 		insert_spi(row, args);
 	if (row->min_hold != 0)
 		hold_write(HOLD_INSERT, key, row->token, row->min_hold, 0);
+	note_row_wal(wal_before, row->min_hold == 0 && (direct || table_plain()));
 }
 
 /* dlock_store_insert's row through SPI (a takeover, or a changed table) */
@@ -445,6 +451,7 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	AsOwner		saved;
 	Datum		args[4];
 	int64		version = 0;
+	XLogRecPtr	wal_before = XactLastRecEnd;
 
 	dlock_table_spi_begin(&saved, true, false);
 	if (plan_update == NULL)
@@ -474,59 +481,76 @@ dlock_store_update(const DLockKey *key, uint64 token, TimestampTz expires_at,
 	Assert(hold || released_at == 0);
 	if (version != 0 && hold)
 		hold_write(HOLD_UPDATE, key, token, 0, released_at);
+	note_row_wal(wal_before, !hold && table_plain());
 	if (version != 0)
-		promise_commit();
+		promise_commit(ttl);
 	return version;
 }
 
 /*
  * What a commit waits for.
  *
- * A grant, a renewal or an extension is a promise: its commit waits for its
- * WAL to be flushed and, with synchronous replication, for the synchronous
- * standbys, whatever synchronous_commit the caller runs with.  Below
- * remote_write (local, off) the commit would wait for no standby, and a
- * failover to one would lose the lease, so for that commit the setting is
- * raised to on (remote_flush), as SET LOCAL would; remote_write and
- * remote_apply are kept.
+ * A grant, a renewal or an extension is a promise.  Its commit returns
+ * before its WAL is flushed (as under synchronous_commit = off) when losing
+ * it in a crash cannot give its name a second holder: grace.c decides
+ * (dlock_grace_unflushed: a ttl within dlock.failover_grace, no synchronous
+ * standby, dlock.flush_grants off) and raises the crash grace to cover it
+ * before the commit.  Otherwise its commit waits for the flush and, with
+ * synchronous replication, for the synchronous standbys, whatever
+ * synchronous_commit the caller runs with: below remote_write (local, off)
+ * the commit would wait for no standby, and a failover to one would lose
+ * the lease, so for that commit the setting is raised to on (remote_flush),
+ * as SET LOCAL would; remote_write and remote_apply are kept.  A lease's
+ * minimum hold never outlasts its ttl, so the ttl is what a promise lasts.
  *
  * A release need not be on disk before it returns: if a crash loses it, the
- * lease comes back and keeps its name until its TTL ends, which is safe.  So
- * a transaction whose only WAL is its releases' row deletions commits
- * without waiting for the flush (as under synchronous_commit = off); the next
- * synchronous commit anywhere in the cluster (a grant's) flushes it.  Any
- * other WAL of the transaction, before or after (a grant, a renewal, the
- * caller's own writes), keeps its commit synchronous.
+ * lease comes back and keeps its name until its TTL ends, which is safe.
+ *
+ * Either way a commit skips the flush only if all its WAL is dlock's own row
+ * writes (row_wal), on a lease table as the extension made it, with no hold
+ * rows (another table, which its owner may have given triggers): any other
+ * WAL of the transaction, before, between or after (the caller's own
+ * writes, a fenced write), keeps the caller's synchronous_commit, and the
+ * flush a promise needs.  WAL is written in order, so a fenced write on disk
+ * has the grant it used on disk before it.  The next flush anywhere in the
+ * cluster flushes what was skipped.
  */
-typedef enum ReleaseWal
+typedef enum RowWal
 {
-	RELEASE_WAL_NONE,			/* no release in this transaction */
-	RELEASE_WAL_ONLY,			/* all its WAL so far: releases, up to
-								 * release_wal_end */
-	RELEASE_WAL_MIXED			/* other WAL too */
-} ReleaseWal;
+	ROW_WAL_NONE,				/* no row write in this transaction */
+	ROW_WAL_ONLY,				/* all its WAL so far: dlock's row writes, up
+								 * to row_wal_end */
+	ROW_WAL_MIXED				/* other WAL too */
+} RowWal;
 
 static bool promised = false;	/* this transaction wrote a promise */
-static ReleaseWal release_wal = RELEASE_WAL_NONE;
-static XLogRecPtr release_wal_end = InvalidXLogRecPtr;
+static int64 promised_lasts = 0;	/* the longest; -1: must be flushed */
+static RowWal row_wal = ROW_WAL_NONE;
+static XLogRecPtr row_wal_end = InvalidXLogRecPtr;
 static int	saved_synchronous_commit = -1;	/* -1: not changed */
 
 static void
 commit_xact_callback(XactEvent event, void *arg)
 {
+	bool		own_wal;
+
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			if (promised && synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_WRITE)
+			own_wal = row_wal == ROW_WAL_ONLY && XactLastRecEnd == row_wal_end;
+			if (promised &&
+				(!own_wal || promised_lasts < 0 || !dlock_grace_unflushed(promised_lasts)))
 			{
-				/* undone by the commit's own GUC cleanup, after the wait */
-				(void) set_config_option("synchronous_commit", "on",
-										 PGC_USERSET, PGC_S_SESSION,
-										 GUC_ACTION_LOCAL, true, 0, false);
+				ForceSyncCommit();
+				if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_WRITE)
+				{
+					/* undone by the commit's own GUC cleanup, after the wait */
+					(void) set_config_option("synchronous_commit", "on",
+											 PGC_USERSET, PGC_S_SESSION,
+											 GUC_ACTION_LOCAL, true, 0, false);
+				}
 			}
-			else if (!promised && release_wal == RELEASE_WAL_ONLY &&
-					 XactLastRecEnd == release_wal_end &&
-					 synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+			else if (own_wal && synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
 			{
 				/* read by RecordTransactionCommit, just after this */
 				saved_synchronous_commit = synchronous_commit;
@@ -539,8 +563,9 @@ commit_xact_callback(XactEvent event, void *arg)
 			if (saved_synchronous_commit >= 0)
 				synchronous_commit = saved_synchronous_commit;
 			saved_synchronous_commit = -1;
-			release_wal = RELEASE_WAL_NONE;
+			row_wal = ROW_WAL_NONE;
 			promised = false;
+			promised_lasts = 0;
 			break;
 		default:
 			break;
@@ -560,15 +585,50 @@ register_commit_callback(void)
 }
 
 /*
- * Makes this transaction's commit wait for its WAL locally and on the
- * synchronous standbys (see above).
+ * The WAL written since before was a row write of dlock's alone (own) or
+ * may hold more: with nothing else since the last row write, the
+ * transaction's WAL stays dlock's own.
  */
 static void
-promise_commit(void)
+note_row_wal(XLogRecPtr before, bool own)
 {
 	register_commit_callback();
-	ForceSyncCommit();
+	if (own && (before == InvalidXLogRecPtr ||
+				(row_wal == ROW_WAL_ONLY && before == row_wal_end)))
+	{
+		row_wal = ROW_WAL_ONLY;
+		row_wal_end = XactLastRecEnd;
+	}
+	else
+		row_wal = ROW_WAL_MIXED;
+}
+
+/* Whether an SPI write on the lease table wrote its rows only (no trigger). */
+static bool
+table_plain(void)
+{
+	Relation	rel = dlock_table_open_direct();
+
+	if (rel == NULL)
+		return false;
+	table_close(rel, NoLock);
+	return true;
+}
+
+/*
+ * Makes this transaction's commit wait for its WAL locally and on the
+ * synchronous standbys, unless a promise lasting lasts (-1: always waits)
+ * may be lost in a crash (see above).
+ */
+static void
+promise_commit(int64 lasts)
+{
+	register_commit_callback();
 	promised = true;
+	if (lasts < 0 || promised_lasts < 0)
+		promised_lasts = -1;
+	else
+		promised_lasts = Max(promised_lasts, lasts);
 }
 
 /*
@@ -578,7 +638,7 @@ promise_commit(void)
 void
 dlock_rows_promise_commit(void)
 {
-	promise_commit();
+	promise_commit(-1);
 }
 
 /*
@@ -593,7 +653,6 @@ dlock_store_delete(const DLockKey *key, uint64 token, bool hold)
 	XLogRecPtr	wal_before = XactLastRecEnd;
 	bool		direct;
 
-	register_commit_callback();
 	dlock_table_check_writable();
 	args[0] = PointerGetDatum(cstring_to_text_with_len(key->name, key->len));
 	args[1] = Int64GetDatum((int64) token);
@@ -615,15 +674,7 @@ dlock_store_delete(const DLockKey *key, uint64 token, bool hold)
 	if (hold)
 		hold_write(HOLD_DELETE, key, token, 0, 0);
 	/* through SQL, an owner's trigger may have written more than the row */
-	if (direct && !hold &&
-		(wal_before == InvalidXLogRecPtr ||
-		 (release_wal == RELEASE_WAL_ONLY && wal_before == release_wal_end)))
-	{
-		release_wal = RELEASE_WAL_ONLY;
-		release_wal_end = XactLastRecEnd;
-	}
-	else
-		release_wal = RELEASE_WAL_MIXED;
+	note_row_wal(wal_before, direct && !hold);
 }
 
 /*
@@ -632,9 +683,12 @@ dlock_store_delete(const DLockKey *key, uint64 token, bool hold)
  * engine.h), and no crash may bring them back once its token is out.  The
  * name's older leases still in shared memory keep their rows.  In the
  * grant's transaction, waiting for any other writer of those rows; when it
- * deletes anything, its commit waits for the WAL flush, as a durable
- * grant's does.  A read-only transaction cannot delete them, and refuses
- * the grant if there are any.
+ * deletes anything, its commit waits for the WAL flush, whatever the
+ * grant's ttl: a crash that lost the deletion would restore a lease that
+ * had ended just before it for its full ttl (rebuild.c), which its owner
+ * could renew while the lost grant's holder still counts on its own.  A
+ * read-only transaction cannot delete them, and refuses the grant if there
+ * are any.
  */
 void
 dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token)
@@ -707,7 +761,7 @@ dlock_store_clear_rows(const DLockKey *key, uint32 hash, uint64 token)
 		if (execute(plan_clear, args, NULL, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not delete a dlock lease row");
 		if (SPI_processed > 0)
-			promise_commit();
+			promise_commit(-1);
 	}
 	dlock_table_spi_end(&saved);
 	if (found)

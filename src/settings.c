@@ -25,6 +25,7 @@ int			dlock_worker_batch = 1000;
 int			dlock_fence_grace_ms = 10000;
 int			dlock_token_block = 1000000;
 int			dlock_failover_grace_ms = 300000;
+bool		dlock_flush_grants = false;
 bool		dlock_events = false;
 
 /* Refuses an owner that calls would refuse, at SET time. */
@@ -123,6 +124,17 @@ dlock_settings_define(void)
 							300000, 0, (int) (DLOCK_TTL_MAX / 1000),
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	/*
+	 * Read at each commit that wrote a grant, renewal or extension: a session
+	 * that flushes its own adds nothing to the crash grace (grace.c).
+	 */
+	DefineCustomBoolVariable("dlock.flush_grants",
+							 "Make every durable grant, renewal and extension wait for its WAL flush, as before 1.2.",
+							 "Off: one whose ttl is within dlock.failover_grace may return before its flush, and a crash restart grants no new lease until every lease it may have lost has ended.",
+							 &dlock_flush_grants,
+							 false,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
 	/* read when a lease is granted: its events follow the grantee's setting */
 	DefineCustomBoolVariable("dlock.events",
 							 "Send each grant and end of the leases this session is granted with NOTIFY on channel dlock.",

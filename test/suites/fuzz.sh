@@ -120,7 +120,14 @@ srv_log_copy=fuzz-server-$seed.log
 srv_dirs
 srv_trap
 srv_initdb
-srv_conf "$port" "max_connections = 100" "max_prepared_transactions = 10" "dlock.max_locks = 1000"
+# A crash would begin a grace as long as the longest unflushed ttl (up to
+# dlock.failover_grace, 7 days here), and the check's grant after the
+# restart would wait for it: the crash modes check flushed leases and
+# tokens, with every grant flushed (038_crash_grace covers the grace).
+flush=off
+[ "$restart" = fast ] || flush=on
+srv_conf "$port" "max_connections = 100" "max_prepared_transactions = 10" "dlock.max_locks = 1000" \
+	"dlock.flush_grants = $flush"
 srv_start
 srv_env
 psql() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }

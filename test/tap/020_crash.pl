@@ -27,6 +27,12 @@
 # server crashed at once: the next token is still above.
 # DLOCK_CRASH_SEED repeats a run's random choices (victims, crash moments,
 # client choices); the server's timing still varies.
+# The rounds check the contract of dlock.flush_grants = on (every
+# acknowledged grant and renewal is flushed, no grace after a crash); the
+# clients' ttl of 10 minutes is above dlock.failover_grace, so it would be
+# flushed anyway, but the checkers' grants of a minute would not, and each
+# crash would then begin a grace that holds the next checkers' grants.
+# Unflushed grants and the crash grace: 038_crash_grace.
 use strict;
 use warnings;
 
@@ -57,6 +63,7 @@ shared_preload_libraries = 'dlock'
 max_connections = 40
 restart_after_crash = on
 log_statement = none
+dlock.flush_grants = on
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');

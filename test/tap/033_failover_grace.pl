@@ -21,6 +21,9 @@
 #     standby connected) a durable one is granted, a memory-only one (on no
 #     standby) still not; dlock.failover_grace = 0 lifts the bound.
 #  5. dlock.failover_grace = 0 on a standby: promoted, it grants at once.
+# With dlock.flush_grants = on: a commit that skips its flush reaches a
+# standby only once flushed, and a crash restart would begin a crash grace;
+# this test is about the failover grace (038_crash_grace: the crash grace).
 use strict;
 use warnings;
 
@@ -36,6 +39,7 @@ $primary->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'dlock'
 dlock.failover_grace = '${grace_ms}ms'
+dlock.flush_grants = on
 });
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION dlock; CREATE TABLE jobs (id int, fence bigint)');
