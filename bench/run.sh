@@ -26,6 +26,7 @@
 #                      used more than BENCH_QUIET_CORES (default 90; 0 = never)
 #   BENCH_OUT          directory for RESULTS.md and cycles.png (default bench)
 #   BENCH_SCALE=0      skip scale.sh (a million live leases, 100k expiring at once)
+#   BENCH_CRASH=0      skip crash.sh (unavailability after a crash, per dlock.flush_grants)
 #   PGBIN              PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
 #   BENCH_BUILD        "worktree" (default): make && make install in this repository;
 #                      a commit (e.g. HEAD): build a clean `git archive` export of it
@@ -84,9 +85,15 @@ HOT=(
   "hot_advisory|pgbench|hot_advisory.sql|-|-|pg_try_advisory_lock(7); unlock if granted|%pg_advisory_unlock%"
   # "hot_redis|redis|-K hot|-|-|Redis SET hot NX PX; EVAL compare-and-delete if granted|"
 )
-# Ratios with a target (issue 29: lifetimes and change events), reported on
-# their own: numerator | denominator | target (minimum ratio) | what it says
+# Ratios with a target (issue 29: lifetimes and change events; issue 30:
+# speed), reported on their own:
+# numerator | denominator | target (minimum ratio) | what it says
 GOALS=(
+  "dlock_durable|lease_logged|2.5|durable leases (the default, no flush per grant) against the logged lease table"
+  "dlock_durable_flush|lease_logged|-|durable leases, every grant flushed (dlock.flush_grants = on) against the logged lease table"
+  "dlock_durable|dlock_durable_flush|-|what a grant's flush costs: the default against dlock.flush_grants = on"
+  "dlock_durable|dlock_mem|-|durable leases against memory-only ones"
+  "dlock_mem|advisory|0.95|memory-only leases against session advisory locks"
   "dlock_session|advisory|0.95|a session lease against a session advisory lock"
   "dlock_xact|advisory_xact|0.95|a transaction lease against pg_try_advisory_xact_lock"
   "dlock_session|dlock_mem|0.95|a session lease at memory mode's speed"
@@ -573,6 +580,13 @@ if [ "${BENCH_SCALE:-1}" = 1 ]; then
   PGBIN=$PGBIN "$HERE/scale.sh" "$SCALE_MD" "$TMP" || echo "scale.sh failed (exit $?); see $TMP/scale-*.log" >>"$ISSUES"
 fi
 
+# the crash runs too (they kill their server)
+CRASH_MD=$TMP/out/crash.md
+if [ "${BENCH_CRASH:-1}" = 1 ]; then
+  log "crash: unavailability after a crash, per dlock.flush_grants"
+  PGBIN=$PGBIN "$HERE/crash.sh" "$CRASH_MD" "$TMP" || echo "crash.sh failed (exit $?); see $TMP/crash-*.log" >>"$ISSUES"
+fi
+
 T_END=$(date +%s)
 RUNTIME=$((T_END - T_START))
 
@@ -778,17 +792,19 @@ REPORT="$TMP/out/RESULTS.md"
     done
     echo
   done
-  echo "A ratio above 1 means dlock completes more cycles per second than that workload. Like for like: dlock_durable against"
-  echo "lease_logged (both write a row at the grant and at the release, and a grant returns only once its WAL is flushed;"
-  echo "dlock's release does not wait for its flush, the table's DELETE does); dlock_mem against advisory locks,"
-  echo "lease_unlogged and this Redis (none of which keeps a lock through a crash)."
+  echo "A ratio above 1 means dlock completes more cycles per second than that workload. Like for like: dlock_durable and"
+  echo "dlock_durable_flush against lease_logged (all write a row at the grant and at the release; with dlock.flush_grants off,"
+  echo "the default, dlock's grant does not wait for its WAL flush, and a crash restart begins the crash grace instead, see"
+  echo "\"Unavailability after a crash\"; with it on, a grant returns only once flushed, as the table's INSERT; dlock's release"
+  echo "never waits for its flush, the table's DELETE does); dlock_mem against advisory locks, lease_unlogged and this Redis"
+  echo "(none of which keeps a lock through a crash)."
   echo
   goal_rows=()
   for g in "${GOALS[@]}"; do
     selected "$(field "$g" 1)" && selected "$(field "$g" 2)" && goal_rows+=("$g")
   done
   if [ "${#goal_rows[@]}" -gt 0 ]; then
-    echo "### Lifetimes and change events against their targets"
+    echo "### Ratios against their targets"
     echo
     printf '| ratio | target |'; for c in $CLIENTS; do printf ' %s client%s |' "$c" "$(plural "$c")"; done; echo " |"
     printf '|---|---:|'; for _ in $CLIENTS; do printf -- '---:|'; done; echo "---|"
@@ -908,6 +924,7 @@ REPORT="$TMP/out/RESULTS.md"
   fi
   echo
   if [ -s "$SCALE_MD" ]; then cat "$SCALE_MD"; fi
+  if [ -s "$CRASH_MD" ]; then echo; cat "$CRASH_MD"; echo; fi
   echo "## Other load on the machine"
   echo
   echo "Other sessions may run on the same 2 cores (this repository's own test suite, for one). Before every run the script"
