@@ -87,8 +87,8 @@ usage(FILE *f)
 			"dlock runs a command while holding a dlock lease, and takes, releases and lists leases.\n"
 			"\n"
 			"Usage:\n"
-			"  dlock [OPTION]... run [--ttl DUR] [--timeout DUR | --no-wait] [--grace DUR]\n"
-			"                        [--at-least DUR] [--lifetime ttl|session]\n"
+			"  dlock [OPTION]... run [--ttl DUR] [--timeout DUR | --no-wait | --queue]\n"
+			"                        [--grace DUR] [--at-least DUR] [--lifetime ttl|session]\n"
 			"                        [--shared | --permits N]\n"
 			"                        [--owner OWNER] NAME -- COMMAND [ARG]...\n"
 			"  dlock [OPTION]... try [--ttl DUR] [--shared | --permits N] [--owner OWNER] NAME\n"
@@ -124,6 +124,12 @@ usage(FILE *f)
 			"  --timeout=DUR          run: wait at most DUR for the lease (default: forever;\n"
 			"                         0 is --no-wait)\n"
 			"  --no-wait              run: exit 69 at once if the lease is busy\n"
+			"  --queue                run: wait as a queued request (dlock_enqueue, asked again\n"
+			"                         every second, or tenth of the TTL if less) instead of a\n"
+			"                         blocked call: behind a transaction-pooling PgBouncer it\n"
+			"                         holds no server connection while it waits; same FIFO\n"
+			"                         queue, same --timeout; not with --at-least or --lifetime\n"
+			"                         session\n"
 			"  --at-least=DUR         run: keep the lease at least DUR from its grant, even if\n"
 			"                         COMMAND ends sooner (at most the TTL): with --no-wait, a\n"
 			"                         job started on several hosts within DUR runs once\n"
@@ -245,6 +251,7 @@ enum
 	OPT_TTL = 1000,
 	OPT_TIMEOUT,
 	OPT_NOWAIT,
+	OPT_QUEUE,
 	OPT_GRACE,
 	OPT_AT_LEAST,
 	OPT_LIFETIME,
@@ -273,6 +280,7 @@ static const struct option subcommand_options[] = {
 	{"ttl", required_argument, NULL, OPT_TTL},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"no-wait", no_argument, NULL, OPT_NOWAIT},
+	{"queue", no_argument, NULL, OPT_QUEUE},
 	{"grace", required_argument, NULL, OPT_GRACE},
 	{"at-least", required_argument, NULL, OPT_AT_LEAST},
 	{"lifetime", required_argument, NULL, OPT_LIFETIME},
@@ -334,6 +342,9 @@ read_options(int argc, char **argv, const char *optstring,
 				break;
 			case OPT_NOWAIT:
 				a->nowait = true;
+				break;
+			case OPT_QUEUE:
+				a->queue = true;
 				break;
 			case OPT_GRACE:
 				a->grace_ms = duration_arg("grace", optarg);
@@ -409,8 +420,8 @@ static void
 check_options(const char *sub, const Args *a, const Given *given, int dashdash)
 {
 	if (strcmp(sub, "run") != 0 &&
-		(given->timeout || a->nowait || given->grace || given->at_least))
-		usage_error("--timeout, --no-wait, --grace and --at-least are options of run");
+		(given->timeout || a->nowait || a->queue || given->grace || given->at_least))
+		usage_error("--timeout, --no-wait, --queue, --grace and --at-least are options of run");
 	/* try's session would end as it exits, taking the lease with it */
 	if (strcmp(sub, "run") != 0 && a->lifetime != NULL)
 		usage_error("--lifetime is an option of run (a lease that dlock try takes must outlive it)");
@@ -475,6 +486,14 @@ run_arguments(Args *a, const Given *given, char **sargv, int dashdash,
 		usage_error("--no-wait and --timeout exclude each other");
 	if (given->timeout && a->timeout_ms == 0)
 		a->nowait = true;
+	if (a->queue && a->nowait)
+		usage_error(given->timeout ? "--queue waits: --timeout 0 (no wait) excludes it" :
+					"--queue and --no-wait exclude each other");
+	/* dlock_enqueue takes neither: its grant is a memory-only ttl lease */
+	if (a->queue && given->at_least)
+		usage_error("--queue and --at-least exclude each other");
+	if (a->queue && a->lifetime != NULL && strcmp(a->lifetime, "session") == 0)
+		usage_error("--queue and --lifetime session exclude each other (a queued request is granted with no connection)");
 	if (a->at_least_ms > a->ttl_ms)
 		usage_error(given->ttl ? "--at-least must not be longer than the TTL" :
 					"--at-least must not be longer than the TTL (default 30s): give --ttl");

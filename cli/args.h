@@ -34,6 +34,7 @@ typedef struct
 	const char *lifetime;		/* run: "ttl" or "session"; NULL: not given */
 	ms_t		timeout_ms;		/* run: -1 waits until granted */
 	bool		nowait;			/* run */
+	bool		queue;			/* run: wait as a queued request */
 	char	  **argv;			/* run: the command and its arguments */
 	char	  **names;			/* watch: the names (none: every name) */
 	int			nnames;

@@ -3,11 +3,12 @@
  *		"dlock run": the lease, the command that runs under it, and the loop
  *		that keeps both in step.
  *
- * "run" connects with libpq, takes the lease (dlock_acquire or dlock_try),
- * starts COMMAND in a process group of its own and renews the lease every
- * third of its TTL.  When the command exits, every process it started that
- * is still running is terminated, the lease is released once they are gone,
- * and dlock exits with the command's status.
+ * "run" connects with libpq, takes the lease (dlock_acquire, dlock_try, or
+ * with --queue dlock_enqueue asked again until granted), starts COMMAND in
+ * a process group of its own and renews the lease every third of its TTL.
+ * When the command exits, every process it started that is still running
+ * is terminated, the lease is released once they are gone, and dlock exits
+ * with the command's status.
  *
  * The lease must never outlive its holder's knowledge of it, so dlock keeps
  * a conservative local deadline: the monotonic time at which the last
@@ -102,6 +103,7 @@ init_state(RunState *st, const Args *a)
 	st->at_least_ms = a->at_least_ms;
 	st->lease_lifetime = a->lifetime;
 	st->session = a->lifetime != NULL && strcmp(a->lifetime, "session") == 0;
+	st->queue = a->queue;
 	st->ttl_ms = a->ttl_ms;
 	st->grace_ms = a->grace_ms;
 	st->margin_ms = min_ms(MAX_MARGIN_MS, st->ttl_ms / 10);

@@ -1,9 +1,9 @@
 /*
  * run_lease.c
  *		The lease that "dlock run" holds, as the server sees it: taking it
- *		(dlock_acquire or dlock_try, retried over lost connections), renewing
- *		it, releasing it by its token, and what an interrupted wait leaves to
- *		release.
+ *		(dlock_acquire or dlock_try, or dlock_enqueue asked again until
+ *		granted; retried over lost connections), renewing it, releasing it by
+ *		its token, and what an interrupted wait leaves to release or dequeue.
  *
  * Every call goes through session.c, whose waits serve run's signals and
  * kill deadlines (loop.c), and acts on the RunState it is given
@@ -133,60 +133,56 @@ note_backend(RunState *st, int pid)
 		st->sent_pids[st->nsent_pids++] = pid;
 }
 
-/*
- * After an interrupted wait: releases the lease the server may have granted
- * to one of our calls just before we stopped reading its answer.  Such a
- * backend ends as soon as it sees our connection closed: a waiter leaves the
- * queue (and gives back a grant it got meanwhile), a granted call returns and
- * finds no client.  Once those backends are gone nothing more can be granted
- * to them, so wait for that.  The lease to release is then the one on our
- * name and owner granted (granted_at, on the server's clock) after our first
- * connection and before the server saw our backends gone, whose pid is NULL
- * (a ttl lease's pid is hidden once its backend exits) or one of our
- * backends.  A lease of the same owner taken elsewhere is left alone: one
- * granted before we started (an extension by our call keeps its granted_at),
- * or held by another process's running backend.
- */
+/* Our backends, sent_pids, as an array literal; pids holds MAX_SENT_PIDS. */
 static void
-release_unseen_grant(RunState *st)
+sent_pids_text(const RunState *st, char *pids)
 {
-	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
-	char		pids[MAX_SENT_PIDS * 12 + 3];
 	char	   *p = pids;
-	char		seen_gone[40];
-	const char *vals[5];
-	PGresult   *res;
-	char		token[32];
 
 	*p++ = '{';
 	for (int i = 0; i < st->nsent_pids; i++)
 		p += sprintf(p, "%s%d", i > 0 ? "," : "", st->sent_pids[i]);
 	*p++ = '}';
 	*p = '\0';
+}
+
+/*
+ * Waits (until deadline) for the backends that got our calls to be gone;
+ * seen_gone: the server's clock once it saw them gone (or when we stopped
+ * waiting).  Such a backend ends as soon as it sees our connection closed:
+ * a waiter leaves the queue (and gives back a grant it got meanwhile), a
+ * granted call returns and finds no client; once gone, nothing more can be
+ * granted to it, nor queued by it.  Returns false if the server could not
+ * be asked.
+ */
+static bool
+wait_backends_gone(const char *pids, ms_t deadline, char *seen_gone, size_t len)
+{
+	const char *vals[1] = {pids};
 
 	for (;;)
 	{
+		PGresult   *res;
 		bool		running;
 
 		if (conn == NULL && !connect_db(deadline))
-			goto failed;
-		vals[0] = pids;
+			return false;
 		if (run_query(queries[SQL_BACKENDS_LEFT], 1, vals, deadline, &res) != Q_OK)
-			goto failed;
+			return false;
 		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		{
 			PQclear(res);
-			goto failed;
+			return false;
 		}
 		running = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
-		snprintf(seen_gone, sizeof(seen_gone), "%s", PQgetvalue(res, 0, 1));
+		snprintf(seen_gone, len, "%s", PQgetvalue(res, 0, 1));
 		PQclear(res);
 		if (!running)
-			break;
+			return true;
 		if (now_ms() + GROUP_POLL_MS >= deadline)
 		{
 			vmsg("backends %s still run; looking for a grant to them anyway", pids);
-			break;
+			return true;
 		}
 		{
 			ms_t		until = now_ms() + GROUP_POLL_MS;
@@ -195,20 +191,66 @@ release_unseen_grant(RunState *st)
 				sleep_until(until);
 		}
 	}
+}
+
+/*
+ * The token of the lease on our name and owner granted (granted_at, on the
+ * server's clock) after our first connection and up to until, whose pid is
+ * NULL (a ttl lease's pid is hidden once its backend exits; a queued
+ * request's grant has none) or one of our backends (pids).  A lease of the
+ * same owner taken elsewhere is left out: one granted before we started (an
+ * extension by our call keeps its granted_at), or held by another process's
+ * running backend.  Returns 1 with token set, 0 if there is none, -1 if the
+ * server could not be asked.
+ */
+static int
+grant_to_us(RunState *st, const char *pids, const char *until, ms_t deadline,
+			char *token, size_t len)
+{
+	const char *vals[5];
+	PGresult   *res;
+
 	vals[0] = st->lease_name;
 	vals[1] = st->lease_owner;
 	vals[2] = pids;
 	vals[3] = first_server_clock;
-	vals[4] = seen_gone;
+	vals[4] = until;
 	if (run_query(queries[SQL_GRANTED_TO], 5, vals, deadline, &res) != Q_OK)
-		goto failed;
+		return -1;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) == 0)
 	{
+		int			result = PQresultStatus(res) == PGRES_TUPLES_OK ? 0 : -1;
+
 		PQclear(res);
-		return;					/* nothing was granted to us */
+		return result;
 	}
-	snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
+	snprintf(token, len, "%s", PQgetvalue(res, 0, 0));
 	PQclear(res);
+	return 1;
+}
+
+/*
+ * After an interrupted wait: releases the lease the server may have granted
+ * to one of our calls just before we stopped reading its answer, once the
+ * backends that got them are gone.
+ */
+static void
+release_unseen_grant(RunState *st)
+{
+	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
+	char		pids[MAX_SENT_PIDS * 12 + 3];
+	char		seen_gone[40];
+	char		token[32];
+	int			found;
+
+	sent_pids_text(st, pids);
+	if (!wait_backends_gone(pids, deadline, seen_gone, sizeof(seen_gone)))
+		goto failed;
+	found = grant_to_us(st, pids, seen_gone, deadline, token, sizeof(token));
+	if (found == 0)
+		return;					/* nothing was granted to us */
+	if (found < 0)
+		goto failed;
 	vmsg("releasing the lease granted as the wait was interrupted (token %s)", token);
 	if (release_lease(st, token) < 0)
 		goto failed;
@@ -220,9 +262,75 @@ failed:
 }
 
 /*
+ * --queue, when it stops waiting: our queued request leaves the queue
+ * (dlock_dequeue), once no call of ours can still queue it again (with
+ * in_flight, a call whose answer we did not read, on a connection now
+ * closed, may still run).  If it was granted first, the lease is released,
+ * or with adopt kept: its token is put in lease_token and true returned.
+ */
+static bool
+leave_queue(RunState *st, bool in_flight, bool adopt)
+{
+	ms_t		deadline = now_ms() + RELEASE_WINDOW_MS;
+	char		pids[MAX_SENT_PIDS * 12 + 3];
+	char		seen_gone[40];
+	char		after[40];
+	char		token[32];
+	const char *vals[2];
+	PGresult   *res;
+	bool		dequeued;
+	int			found;
+
+	sent_pids_text(st, pids);
+	if (in_flight && !wait_backends_gone(pids, deadline, seen_gone, sizeof(seen_gone)))
+		goto failed;
+	if (conn == NULL && !connect_db(deadline))
+		goto failed;
+	vals[0] = st->lease_name;
+	vals[1] = st->lease_owner;
+	if (run_query(queries[SQL_DEQUEUE], 2, vals, deadline, &res) != Q_OK)
+		goto failed;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	{
+		PQclear(res);
+		goto failed;
+	}
+	dequeued = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	snprintf(after, sizeof(after), "%s", PQgetvalue(res, 0, 1));
+	PQclear(res);
+	if (dequeued)
+	{
+		vmsg("left the queue of %s", st->lease_name);
+		return false;
+	}
+	/* not queued: granted meanwhile, or at once by an answer we did not read */
+	found = grant_to_us(st, pids, after, deadline, token, sizeof(token));
+	if (found == 0)
+		return false;
+	if (found < 0)
+		goto failed;
+	if (adopt)
+	{
+		snprintf(st->lease_token, sizeof(st->lease_token), "%s", token);
+		vmsg("the queued request on %s was granted as it left (token %s)", st->lease_name, token);
+		return true;
+	}
+	vmsg("releasing the lease granted to the queued request (token %s)", token);
+	if (release_lease(st, token) < 0)
+		goto failed;
+	return false;
+
+failed:
+	msg("cannot leave the queue of %s (%s); the request leaves it within %d s, and a lease granted to it ends within its TTL",
+		st->lease_name, last_error, QUEUE_HOLD_MS / 1000);
+	return false;
+}
+
+/*
  * Exits after an interrupted wait.  Releases the lease we took: by its
- * token if we read it, else the one granted to our backends, if any; never
- * another lease of the same owner.  A session lease granted to our backend
+ * token if we read it, else the one granted to our backends or our queued
+ * request (which leaves the queue), if any; never another lease of the same
+ * owner.  A session lease granted to our backend
  * ends with it (or stays released within its minimum hold): nothing to do.
  */
 void
@@ -240,6 +348,8 @@ exit_interrupted(RunState *st)
 			msg("cannot release %s (%s); it ends by itself within its TTL",
 				st->lease_name, last_error);
 	}
+	else if (st->queue && st->nsent_pids > 0)
+		leave_queue(st, true, false);
 	else if (st->nsent_pids > 0 && !st->session)
 		release_unseen_grant(st);
 	close_conn();
@@ -437,6 +547,107 @@ confirm_grant(RunState *st)
 	}
 }
 
+/* Sends dlock_enqueue, with QUEUE_HOLD_MS; *sent: when it was sent. */
+static QStatus
+send_enqueue(RunState *st, const Acquire *aq, PGresult **res, ms_t *sent)
+{
+	const char *vals[6];
+	char		hold_text[64];
+
+	require_version(1, 2, "--queue");
+	interval_text(QUEUE_HOLD_MS, hold_text, sizeof(hold_text));
+	vals[0] = st->lease_name;
+	vals[1] = aq->ttl_text;
+	vals[2] = st->lease_owner;
+	vals[3] = st->lease_mode;
+	vals[4] = st->lease_permits;
+	vals[5] = hold_text;
+	note_backend(st, PQbackendPID(conn));
+	*sent = now_ms();
+	/* a short call: the deadline only guards a hung server */
+	return run_query(queries[SQL_ENQUEUE], 6, vals, *sent + RECONNECT_WINDOW_MS, res);
+}
+
+/*
+ * --timeout passed while queued: the request leaves the queue and dlock
+ * exits, unless it was granted first: then that lease is kept, and renewed
+ * at once (its grant's time is unknown).
+ */
+static void
+queue_timed_out(RunState *st, const Acquire *aq)
+{
+	char		b[32];
+
+	if (leave_queue(st, false, true))
+	{
+		confirm_grant(st);
+		return;
+	}
+	msg("timed out after %s waiting in the queue for %s",
+		fmt_ms(now_ms() - aq->start, b, sizeof(b)), st->lease_name);
+	close_conn();
+	exit(EXIT_TIMEOUT);
+}
+
+/*
+ * --queue: takes the lease by asking dlock_enqueue every poll interval
+ * until it returns a token; between calls no call of ours is open on the
+ * server, so a transaction-pooling PgBouncer holds no server connection for
+ * us.  Each call keeps the request's place and restarts its hold; a grant
+ * made meanwhile runs its TTL from then, so the interval is at most a tenth
+ * of the TTL.  A lost connection is retried within RECONNECT_WINDOW_MS,
+ * inside the hold.
+ */
+static void
+queue_for_lease(RunState *st, Acquire *aq)
+{
+	ms_t		poll = min_ms(QUEUE_POLL_MS, st->ttl_ms / 10);
+
+	for (;;)
+	{
+		PGresult   *res;
+		QStatus		qs;
+		ms_t		sent;
+		ms_t		recv;
+		ms_t		next;
+
+		if (st->got_signal)
+			exit_interrupted(st);
+		if (aq->timeout_ms >= 0 && now_ms() - aq->start >= aq->timeout_ms)
+		{
+			queue_timed_out(st, aq);
+			return;
+		}
+		if (!connect_for_acquire(st, aq))
+			continue;
+		qs = send_enqueue(st, aq, &res, &sent);
+		recv = now_ms();
+		if (qs == Q_ABANDONED)
+			exit_interrupted(st);
+		if (qs != Q_OK)
+		{
+			retry_after_loss(st, aq);
+			continue;
+		}
+		aq->retry_until = 0;
+		aq->backoff = BACKOFF_MIN_MS;
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+			PQgetisnull(res, 0, 0))
+		{
+			PQclear(res);
+			next = now_ms() + poll;
+			if (aq->timeout_ms >= 0)
+				next = min_ms(next, aq->start + aq->timeout_ms);
+			backoff_until(st, next);
+			continue;
+		}
+		read_grant(st, aq, res, sent, recv);
+		if (recv - sent > st->ttl_ms / 10)
+			confirm_grant(st);
+		return;
+	}
+}
+
 /*
  * Takes the lease.  Returns only when it is held (lease_token, lease_end
  * set); exits otherwise.  A lost connection is retried for a while: taking
@@ -457,6 +668,11 @@ acquire_lease(RunState *st, bool nowait, ms_t timeout_ms)
 	aq.min_hold_text[0] = '\0';
 	if (st->at_least_ms > 0)
 		interval_text(st->at_least_ms, aq.min_hold_text, sizeof(aq.min_hold_text));
+	if (st->queue)
+	{
+		queue_for_lease(st, &aq);
+		return;
+	}
 	for (;;)
 	{
 		PGresult   *res;

@@ -21,6 +21,15 @@
 #define GROUP_POLL_MS		20	/* polling for the last descendants */
 #define MAX_SENT_PIDS		32	/* backends that got our acquire calls */
 
+/*
+ * --queue: how often the queued request is asked for again (at most: a tenth
+ * of the TTL if less, as a grant's TTL runs while it is not collected), and
+ * its hold, which outlasts a reconnection window so that a lost connection
+ * retried in time keeps the request's place.
+ */
+#define QUEUE_POLL_MS		1000
+#define QUEUE_HOLD_MS		(3 * RECONNECT_WINDOW_MS)
+
 typedef enum
 {
 	PH_ACQUIRE,					/* connecting, waiting for the lease */
@@ -45,6 +54,7 @@ typedef struct RunState
 	ms_t		at_least_ms;	/* the lease's minimum hold; 0: none */
 	const char *lease_lifetime; /* "ttl", "session"; NULL: not given */
 	bool		session;		/* the lease ends with our connection */
+	bool		queue;			/* waits as a queued request (dlock_enqueue) */
 	char		lease_token[32];
 	ms_t		ttl_ms;
 	ms_t		grace_ms;

@@ -404,6 +404,12 @@ static const char *const sql_templates[NUM_SQL] = {
 	" WHERE name" OP("=") "$1 AND owner" OP("=") "$2"
 	" AND (pid IS NULL OR pid" OP("=") "ANY ($3::integer[]))"
 	" AND EXTRACT(epoch FROM granted_at) BETWEEN $4::numeric AND $5::numeric",
+	[SQL_ENQUEUE] =
+	"SELECT @.dlock_enqueue($1, $2::interval, $3, $4, $5::integer, $6::interval)",
+	/* whether a queued request left, and the server's clock after it did */
+	[SQL_DEQUEUE] =
+	"SELECT @.dlock_dequeue($1, $2),"
+	" EXTRACT(epoch FROM pg_catalog.clock_timestamp())::pg_catalog.text",
 };
 
 /* the queries, once the schema is known */

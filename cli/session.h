@@ -48,6 +48,8 @@ enum
 	SQL_STATUS,
 	SQL_BACKENDS_LEFT,
 	SQL_GRANTED_TO,
+	SQL_ENQUEUE,				/* extension 1.2 */
+	SQL_DEQUEUE,
 	NUM_SQL
 };
 

@@ -26,8 +26,9 @@ CREATE TABLE dlock_lease_holds (
 );
 REVOKE ALL ON dlock_lease_holds FROM PUBLIC;
 
--- Below, the four acquiring functions, dlock_list_locks and dlock_locks are
--- dropped and created again with new columns and parameters, with the
+-- Below, the four acquiring functions, dlock_list_locks, dlock_locks and
+-- dlock_stats (function and view) are dropped and created again with new
+-- columns and parameters, with the
 -- extension's own privileges.  Privileges an administrator changed on them
 -- are not carried over (a GRANT or REVOKE made here would be recorded as the
 -- extension's initial privileges, which pg_dump leaves out), so each one is
@@ -45,11 +46,12 @@ BEGIN
 						'dlock_acquire(text, interval, interval, text, text, integer)'::regprocedure,
 						'dlock_try_all(text[], interval, text, text)'::regprocedure,
 						'dlock_acquire_all(text[], interval, interval, text, text)'::regprocedure,
-						'dlock_list_locks()'::regprocedure)
+						'dlock_list_locks()'::regprocedure,
+						'dlock_stats()'::regprocedure)
 		UNION ALL
 		SELECT 'TABLE', c.oid::regclass::text, c.relacl,
 			   acldefault('r', c.relowner) || makeaclitem(0, c.relowner, 'SELECT', false)
-		FROM pg_class c WHERE c.oid = 'dlock_locks'::regclass
+		FROM pg_class c WHERE c.oid IN ('dlock_locks'::regclass, 'dlock_stats'::regclass)
 	LOOP
 		fresh := obj.dflt;
 		IF obj.acl IS NULL OR (obj.acl @> fresh AND obj.acl <@ fresh) THEN
@@ -130,3 +132,43 @@ CREATE VIEW dlock_locks AS
 	SELECT * FROM dlock_list_locks();
 GRANT SELECT ON dlock_locks TO PUBLIC;
 COMMENT ON VIEW dlock_locks IS 'live dlock leases of this database';
+
+-- Queued requests that hold no backend: dlock_enqueue grants at once, as
+-- dlock_try, when it can; else the request joins the name's queue (the one
+-- blocked dlock_acquire callers wait in, same FIFO) and the call returns
+-- NULL at once, holding nothing.  When its turn comes the lease is granted
+-- to owner, memory-only, its ttl counted from then; owner learns its token by
+-- calling dlock_enqueue (or dlock_try) again, or from the "granted" event.
+-- Asked again while queued, the request keeps its place and its hold
+-- restarts; not asked again within hold, it leaves the queue.
+-- dlock_dequeue leaves the queue.
+CREATE FUNCTION dlock_enqueue(name text,
+							  ttl interval DEFAULT NULL,
+							  owner text DEFAULT dlock_owner(),
+							  mode text DEFAULT 'exclusive',
+							  permits integer DEFAULT NULL,
+							  hold interval DEFAULT '30 seconds')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_enqueue_request' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION dlock_dequeue(name text, owner text DEFAULT dlock_owner())
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dlock_dequeue' LANGUAGE C VOLATILE;
+
+-- dlock_waiters shows queued requests too (pid NULL, deadline the end of
+-- their hold); dlock_stats counts them: queued now, and dropped since the
+-- start or reset because their hold ran out.
+COMMENT ON VIEW dlock_waiters IS 'sessions waiting in dlock_acquire and requests queued by dlock_enqueue, in queue order';
+DROP VIEW dlock_stats;
+DROP FUNCTION dlock_stats();
+CREATE FUNCTION dlock_stats(
+	OUT grants bigint, OUT immediate_grants bigint, OUT waits bigint,
+	OUT wait_timeouts bigint, OUT releases bigint, OUT renewals bigint,
+	OUT expired_by_worker bigint, OUT expired_by_sweep bigint,
+	OUT expired_by_caller bigint, OUT leases bigint, OUT waiting bigint,
+	OUT queued bigint, OUT queue_dropped bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'dlock_stats' LANGUAGE C VOLATILE;
+CREATE VIEW dlock_stats AS
+	SELECT * FROM dlock_stats();
+GRANT SELECT ON dlock_stats TO PUBLIC;

@@ -38,6 +38,7 @@
 #include "grantwait.h"
 #include "lease.h"
 #include "lifetime.h"
+#include "queue.h"
 #include "settings.h"
 #include "store.h"
 #include "tokens.h"
@@ -263,6 +264,8 @@ typedef struct AcquireState
 	LWLock	   *lock;			/* the name's partition lock */
 	struct DLockOp *op;			/* the call in the transaction's log */
 	int64		timeout;		/* as asked: 0 = a try */
+	int64		hold;			/* dlock_enqueue: how long its request stays
+								 * queued; 0: another call */
 	int64		deadline;		/* of the whole call, from
 								 * dlock_wait_deadline() */
 	bool		by_lock_timeout;	/* lock_timeout set the deadline */
@@ -549,6 +552,20 @@ queue_and_wait(AcquireState *a)
 }
 
 /*
+ * dlock_enqueue, when the name is not free for it: its request joins the
+ * queue (or keeps its place there) and the call returns at once.  Returns
+ * false to look again after making room (no entry was free for it).
+ */
+static bool
+queue_request(AcquireState *a)
+{
+	if (!dlock_queue_join(a->head, a->req, a->hold, a->now))
+		return make_room(a);
+	acquire_unlock(a);
+	return not_granted(a);
+}
+
+/*
  * During the grace after a promotion a lease the old primary granted may
  * have been lost with WAL that never arrived, on any name: nothing new is
  * granted until it ends (the caller's own restored lease was extended
@@ -568,7 +585,7 @@ wait_for_grace(AcquireState *a)
 
 /*
  * One look at the name under its partition lock: its ended leases are
- * settled first, its kind checked, then the request goes one of five ways,
+ * settled first, its kind checked, then the request goes one of six ways,
  * each of which releases the lock.  Returns true when a->token is the
  * answer, false when the call must look again.
  */
@@ -585,6 +602,9 @@ acquire_look(AcquireState *a)
 	a->head = head = dlock_find_or_create(&req->key, req->hash, &found);
 	if (head == NULL)
 		return make_room(a);
+	/* dlock_enqueue walks its queue: requests whose hold ran out leave it */
+	if (found && a->hold != 0)
+		(void) dlock_queue_prune(head, a->now);
 	/* ended leases go first, to the waiters they free the name for */
 	if (found)
 		dlock_settle(head, a->now, DLOCK_STAT_EXPIRED_BY_CALLER, true);
@@ -601,9 +621,11 @@ acquire_look(AcquireState *a)
 	if ((lease = own_lease(head, req, a->now)) != NULL)
 		return extend_own(a, lease);
 	if (a->grace)
-		return wait_for_grace(a);
+		return a->hold != 0 ? queue_request(a) : wait_for_grace(a);
 	if (dlist_is_empty(&head->u.h.waiters) && !dlock_conflicts(head, req->mode, a->now))
 		return grant_now(a);
+	if (a->hold != 0)
+		return queue_request(a);
 	if (a->timeout == 0)
 	{
 		acquire_unlock(a);
@@ -620,19 +642,20 @@ acquire_look(AcquireState *a)
  * the wait for another transaction's grant of our own lease, and once after
  * expired leases were reclaimed from a full table.
  */
-uint64
-dlock_lease_acquire(const DLockRequest *req, int64 timeout)
+static uint64
+lease_acquire(const DLockRequest *req, int64 timeout, int64 hold)
 {
 	AcquireState a;
 
 	a.req = req;
 	a.lock = dlock_partition_lock(req->hash);
 	a.timeout = timeout;
+	a.hold = hold;
 	a.retried = false;
 	/* one deadline for the whole call, whatever it waits for */
 	a.deadline = dlock_wait_deadline(timeout, dlock_mono_now(), &a.by_lock_timeout);
 
-	if (timeout == 0 && refused_at_a_glance(req))
+	if (timeout == 0 && hold == 0 && refused_at_a_glance(req))
 		return 0;
 	acquire_prepare(&a);
 	for (;;)
@@ -640,4 +663,22 @@ dlock_lease_acquire(const DLockRequest *req, int64 timeout)
 		if (acquire_look(&a))
 			return a.token;
 	}
+}
+
+uint64
+dlock_lease_acquire(const DLockRequest *req, int64 timeout)
+{
+	return lease_acquire(req, timeout, 0);
+}
+
+/*
+ * dlock_enqueue: a try that, when refused, leaves a request queued for hold
+ * (queue.c); the caller's own lease, granted to that request meanwhile, is
+ * returned as a try returns it.  Returns 0 when not granted now.
+ */
+uint64
+dlock_lease_enqueue(const DLockRequest *req, int64 hold)
+{
+	Assert(hold > 0);
+	return lease_acquire(req, 0, hold);
 }

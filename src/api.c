@@ -27,6 +27,7 @@
 #include "grace.h"
 #include "lease.h"
 #include "lifetime.h"
+#include "queue.h"
 #include "settings.h"
 #include "store.h"
 #include "wait.h"
@@ -36,6 +37,8 @@ PG_FUNCTION_INFO_V1(dlock_preload_check);
 PG_FUNCTION_INFO_V1(dlock_owner);
 PG_FUNCTION_INFO_V1(dlock_try);
 PG_FUNCTION_INFO_V1(dlock_acquire);
+PG_FUNCTION_INFO_V1(dlock_enqueue_request);
+PG_FUNCTION_INFO_V1(dlock_dequeue);
 PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_try_all);
@@ -349,6 +352,33 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	if (token == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64((int64) token);
+}
+
+/* dlock_enqueue(name, ttl, owner, mode, permits, hold); see queue.c */
+Datum
+dlock_enqueue_request(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+	uint64		token;
+
+	build_request(fcinfo, &req, 0, 1, 2);
+	mode_args(fcinfo, &req, 3, 4);
+	/* a lease granted to a queued request is memory-only */
+	dlock_grace_check_ttl(req.ttl, false);
+	token = dlock_lease_enqueue(&req, dlock_hold_arg(fcinfo, 5));
+	if (token == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64((int64) token);
+}
+
+/* dlock_dequeue(name, owner) */
+Datum
+dlock_dequeue(PG_FUNCTION_ARGS)
+{
+	DLockRequest req;
+
+	build_request(fcinfo, &req, 0, -1, 1);
+	PG_RETURN_BOOL(dlock_queue_leave(&req));
 }
 
 /* dlock_renew(name, ttl, owner) */
@@ -705,9 +735,10 @@ waiter_row_cmp(const void *a, const void *b)
 }
 
 /*
- * Rows of the dlock_waiters view, in queue order per name.  It looks at
- * the backends' waiter slots, not the whole lease table, so polling it
- * costs the same with a million leases as with none.
+ * Rows of the dlock_waiters view, in queue order per name: blocked backends
+ * and queued requests (pid NULL, deadline the end of the hold).  It looks at
+ * the waiter slots, not the whole lease table, so polling it costs the same
+ * with a million leases as with none.
  */
 Datum
 dlock_list_waiters(PG_FUNCTION_ARGS)
@@ -716,6 +747,7 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 	DLockWaiter *slots;
 	WaiterRow  *rows;
 	int			nrows = 0;
+	int			maxrows = 64;
 	int			nslots;
 
 	dlock_require_preload();
@@ -724,7 +756,7 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	dlock_store_ensure_loaded();
 	slots = dlock_waiter_slots(&nslots);
-	rows = palloc(sizeof(WaiterRow) * nslots);
+	rows = palloc(sizeof(WaiterRow) * maxrows);
 
 	dlock_lock_all_partitions(LW_SHARED);
 	for (int i = 0; i < nslots; i++)
@@ -735,6 +767,8 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 
 		if (w->state != DLOCK_WAIT_QUEUED || w->key.dbid != MyDatabaseId)
 			continue;
+		if (nrows == maxrows)
+			rows = repalloc_huge(rows, sizeof(WaiterRow) * (maxrows *= 2));
 		dlist_foreach(iter, &w->head->u.h.waiters)
 		{
 			position++;
@@ -755,6 +789,7 @@ dlock_list_waiters(PG_FUNCTION_ARGS)
 		bool		nulls[8] = {0};
 
 		values[0] = Int32GetDatum(w->pid);
+		nulls[0] = (w->proc == NULL);
 		values[1] = PointerGetDatum(cstring_to_text_with_len(w->key.name, w->key.len));
 		values[2] = PointerGetDatum(cstring_to_text_with_len(w->owner.str, w->owner.len));
 		values[3] = ObjectIdGetDatum(w->roleid);
@@ -800,8 +835,8 @@ Datum
 dlock_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[DLOCK_NUM_STATS + 2];
-	bool		nulls[DLOCK_NUM_STATS + 2] = {0};
+	Datum		values[DLOCK_NUM_STATS + 3];
+	bool		nulls[DLOCK_NUM_STATS + 3] = {0};
 	uint64		counters[DLOCK_NUM_STATS];
 	DLockWaiter *slots;
 	int			nslots;
@@ -811,15 +846,18 @@ dlock_stats(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
+	/* counters, leases, waiting, then newer columns (older SQL reads fewer) */
 	dlock_counters_read(counters);
-	for (int i = 0; i < DLOCK_NUM_STATS; i++)
+	for (int i = 0; i < DLOCK_STAT_QUEUE_DROPPED; i++)
 		values[i] = Int64GetDatum((int64) counters[i]);
-	values[DLOCK_NUM_STATS] = Int64GetDatum((int64) dlock_entry_count());
-	/* a racy count is fine for a gauge */
+	values[DLOCK_STAT_QUEUE_DROPPED] = Int64GetDatum((int64) dlock_entry_count());
+	/* a racy count is fine for a gauge; the backends' slots come first */
 	slots = dlock_waiter_slots(&nslots);
-	for (int i = 0; i < nslots; i++)
+	for (int i = 0; i < MaxBackends; i++)
 		waiting += (slots[i].state == DLOCK_WAIT_QUEUED);
-	values[DLOCK_NUM_STATS + 1] = Int64GetDatum(waiting);
+	values[DLOCK_STAT_QUEUE_DROPPED + 1] = Int64GetDatum(waiting);
+	values[DLOCK_STAT_QUEUE_DROPPED + 2] = Int64GetDatum((int64) dlock_queued_count());
+	values[DLOCK_STAT_QUEUE_DROPPED + 3] = Int64GetDatum(counters[DLOCK_STAT_QUEUE_DROPPED]);
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -95,3 +95,29 @@ dlock_set_name(DLockRequest *req, const char *data, int len)
 	dlock_make_key(&req->key, data, len);
 	req->hash = dlock_key_hash(&req->key);
 }
+
+/*
+ * A queued request's hold (dlock_enqueue): positive and finite, at most
+ * DLOCK_TTL_MAX, as a ttl.
+ */
+int64
+dlock_hold_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int64		hold;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("hold must not be null")));
+	hold = dlock_interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (hold <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("hold must be positive"),
+				 errhint("A queued request leaves its queue when not asked for again within its hold.")));
+	if (hold > DLOCK_TTL_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("hold must be at most 7 days")));
+	return hold;
+}

@@ -29,5 +29,6 @@ extern void dlock_check_length(int len, DLockTextArg what);
 extern void dlock_text_arg(FunctionCallInfo fcinfo, int argno, DLockTextArg what,
 						   char **data, int *len);
 extern void dlock_set_name(DLockRequest *req, const char *data, int len);
+extern int64 dlock_hold_arg(FunctionCallInfo fcinfo, int argno);
 
 #endif							/* DLOCK_ARGS_H */

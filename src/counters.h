@@ -17,6 +17,7 @@ typedef enum DLockStat
 	DLOCK_STAT_EXPIRED_BY_WORKER,
 	DLOCK_STAT_EXPIRED_BY_SWEEP,
 	DLOCK_STAT_EXPIRED_BY_CALLER,
+	DLOCK_STAT_QUEUE_DROPPED,	/* queued requests whose hold ran out */
 	DLOCK_NUM_STATS
 } DLockStat;
 

@@ -26,6 +26,8 @@
  *	args.c			the entry points' checks (args.h): preload, arguments
  *	grantwait.c		acting on another session's lease: the wait for its
  *					granting transaction, the bound on pinners
+ *	queue.c			queued requests that hold no backend (dlock_enqueue):
+ *					joined, kept, left, dropped when their hold runs out
  *	wait.c			FIFO queues of waiters and the handoff of a freed lease
  *	overdue.c		a lease's pinners kept past dlock.fence_grace: found, and
  *					terminated when the waiter's role may
@@ -55,6 +57,9 @@
  *				then (lease.c, xact.c, wait.c: dlock_handoff_hold)
  *	durable		a lease with a row in the lease table (the default); a
  *				memory-only lease is lost with shared memory
+ *	queued request  a request waiting in a name's queue with no backend
+ *				(dlock_enqueue), kept while asked again within its hold;
+ *				granted, its lease is memory-only
  *	lifetime	what ends a lease besides its TTL: nothing ('ttl'), the exit
  *				of the backend it is bound to ('session'), the end of the
  *				transaction that took it ('transaction'); the last two are

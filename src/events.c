@@ -351,6 +351,20 @@ dlock_event_ended(DLockEntry *lease)
 	lease_ends(lease, DLOCK_EVENT_ENDED);
 }
 
+void
+dlock_event_granted_queued(DLockEntry *lease, bool on)
+{
+	if (!on)
+		return;
+	if (pg_atomic_read_u32(&shared->in_use) == 0)
+		pg_atomic_write_u32(&shared->in_use, 1);
+	/* no grant to wait for: recorded as an end is, then its events go on */
+	lease->ev.seq = 0;
+	lease->ev.pid = 0;
+	record_end(lease, DLOCK_EVENT_GRANTED);
+	lease->ev.on = true;
+}
+
 /*
  * Before recording n events: while the buffer is nearly full and this
  * database has a sender, waits (a bounded time, not interruptible: the

@@ -38,6 +38,12 @@ extern bool dlock_events_in_use(void);
  */
 extern uint64 dlock_event_granted(DLockEntry *lease, bool on, int pid);
 
+/*
+ * A new lease granted to a queued request (its owner away, with events if
+ * on): no transaction made it, so its grant is queued to send at once.
+ */
+extern void dlock_event_granted_queued(DLockEntry *lease, bool on);
+
 /* A lease ended by its ttl (after lock-delay), about to leave the engine. */
 extern void dlock_event_expired(DLockEntry *lease);
 

@@ -21,6 +21,7 @@ typedef struct DLockBroken
 
 /* timeout: microseconds, 0 = do not wait, -1 = wait without limit */
 extern uint64 dlock_lease_acquire(const DLockRequest *req, int64 timeout);
+extern uint64 dlock_lease_enqueue(const DLockRequest *req, int64 hold);
 extern bool dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at);
 extern bool dlock_lease_release(const DLockRequest *req, uint64 token);
 typedef enum DLockFenceResult

@@ -21,6 +21,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/spin.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -28,23 +29,42 @@
 #include "compat.h"
 #include "engine.h"
 #include "events.h"
+#include "grace.h"
 #include "overdue.h"
 #include "settings.h"
 #include "tokens.h"
 #include "wait.h"
 
+/* The backends' slots, then the pool of queued requests' slots */
 static DLockWaiter *slots = NULL;
 static DLockWaiter *my_slot = NULL;
 static WaitEventSet *wait_set = NULL;
+
+/* The pool's free slots; taken and given back under a partition lock */
+typedef struct QueuedPool
+{
+	slock_t		mutex;			/* the free list */
+	dlist_head	free;
+	pg_atomic_uint32 count;		/* slots in use */
+} QueuedPool;
+
+static QueuedPool *pool = NULL;
 
 /* latches to set once the partition locks are released */
 static PGPROC **to_wake = NULL;
 static int	nto_wake = 0;
 
+/* a queued request holds an entry, so dlock.max_locks slots always suffice */
+static Size
+slots_size(void)
+{
+	return mul_size(add_size(MaxBackends, dlock_max_locks), sizeof(DLockWaiter));
+}
+
 Size
 dlock_wait_shmem_size(void)
 {
-	return mul_size(MaxBackends, sizeof(DLockWaiter));
+	return add_size(slots_size(), MAXALIGN(sizeof(QueuedPool)));
 }
 
 /* Every process that attaches; the caller holds AddinShmemInitLock. */
@@ -53,16 +73,92 @@ dlock_wait_shmem_init(void)
 {
 	bool		found;
 
-	slots = ShmemInitStruct("dlock waiters", dlock_wait_shmem_size(), &found);
+	slots = ShmemInitStruct("dlock waiters", slots_size(), &found);
 	if (!found)
-		memset(slots, 0, dlock_wait_shmem_size());
+		memset(slots, 0, slots_size());
+	pool = ShmemInitStruct("dlock queued requests", sizeof(QueuedPool), &found);
+	if (found)
+		return;
+	SpinLockInit(&pool->mutex);
+	dlist_init(&pool->free);
+	pg_atomic_init_u32(&pool->count, 0);
+	for (int i = 0; i < dlock_max_locks; i++)
+		dlist_push_tail(&pool->free, &slots[MaxBackends + i].node);
 }
 
+/* every slot: the backends' first (MaxBackends), then the pool's */
 DLockWaiter *
 dlock_waiter_slots(int *count)
 {
-	*count = MaxBackends;
+	*count = MaxBackends + dlock_max_locks;
 	return slots;
+}
+
+/*
+ * A pool slot for a new queued request on head's name, at the tail of its
+ * queue; the caller fills in its hold.  The caller holds the partition lock
+ * exclusively and reserved an entry for it.
+ */
+DLockWaiter *
+dlock_queued_new(DLockEntry *head, const DLockOwner *owner, Oid roleid,
+				 int64 ttl, DLockMode mode)
+{
+	DLockWaiter *w = NULL;
+
+	SpinLockAcquire(&pool->mutex);
+	if (!dlist_is_empty(&pool->free))
+		w = dlist_container(DLockWaiter, node, dlist_pop_head_node(&pool->free));
+	SpinLockRelease(&pool->mutex);
+	if (w == NULL)
+		return NULL;
+	pg_atomic_fetch_add_u32(&pool->count, 1);
+	memset(w, 0, offsetof(DLockWaiter, owner));
+	w->head = head;
+	memcpy(&w->key, &head->key, sizeof(DLockKey));
+	w->hash = head->hash;
+	w->ttl = ttl;
+	w->since = GetCurrentTimestamp();
+	w->roleid = roleid;
+	w->mode = mode;
+	w->lifetime = DLOCK_LIFETIME_TTL;
+	w->backend.procno = -1;
+	w->reserved = true;
+	w->events = dlock_events;
+	memcpy(&w->owner, owner, offsetof(DLockOwner, str) + owner->len);
+	w->state = DLOCK_WAIT_QUEUED;
+	dlist_push_tail(&head->u.h.waiters, &w->node);
+	head->nwaiters++;
+	return w;
+}
+
+/* A queued request leaves the pool (granted, or out of its queue). */
+static void
+queued_free(DLockWaiter *w)
+{
+	Assert(w->proc == NULL);
+	w->state = DLOCK_WAIT_NONE;
+	pg_atomic_fetch_sub_u32(&pool->count, 1);
+	SpinLockAcquire(&pool->mutex);
+	dlist_push_head(&pool->free, &w->node);
+	SpinLockRelease(&pool->mutex);
+}
+
+/* The caller settles the name after (those behind may fit now). */
+void
+dlock_queued_remove(DLockWaiter *w)
+{
+	dlist_delete(&w->node);
+	w->head->nwaiters--;
+	if (w->reserved)
+		dlock_unreserve(w->head);
+	w->reserved = false;
+	queued_free(w);
+}
+
+uint32
+dlock_queued_count(void)
+{
+	return pg_atomic_read_u32(&pool->count);
 }
 
 void
@@ -231,6 +327,16 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		DLockWaiter *w = dlist_container(DLockWaiter, node,
 										 dlist_head_node(&head->u.h.waiters));
 
+		/* a queued request not asked for again within its hold is gone */
+		if (w->proc == NULL && w->hold_until <= now)
+		{
+			dlock_count(DLOCK_STAT_QUEUE_DROPPED);
+			dlock_queued_remove(w);
+			continue;
+		}
+		/* (after a promotion: its owner, or the worker, looks again) */
+		if (w->proc == NULL && dlock_grace_pending())
+			break;
 		if (dlock_conflicts(head, (DLockMode) w->mode, now))
 			break;
 		lease = dlock_grant(head, &w->owner, w->roleid, w->pid, w->ttl, now,
@@ -241,9 +347,12 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 			/*
 			 * it reserves tokens itself, outside any lock, and looks again;
 			 * a head waiter settling the name itself too (its own latch), or
-			 * it would sleep on while the name is free
+			 * it would sleep on while the name is free; for a queued
+			 * request, the worker does
 			 */
-			if (no_token)
+			if (no_token && w->proc == NULL)
+				dlock_wake_watcher();
+			else if (no_token)
 				dlock_wake_later(w->proc);
 			break;				/* else not reserved and full: it waits on */
 		}
@@ -252,6 +361,13 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 		dlist_pop_head_node(&head->u.h.waiters);
 		head->nwaiters--;
 		w->reserved = false;
+		if (w->proc == NULL)
+		{
+			/* its owner is away: the grant is final now */
+			dlock_event_granted_queued(lease, w->events);
+			queued_free(w);
+			continue;
+		}
 		w->token = lease->token;
 		w->event_seq = dlock_event_granted(lease, w->events, w->pid);
 		w->state = DLOCK_WAIT_GRANTED;
@@ -351,19 +467,22 @@ dequeue(DLockWaiter *w, int64 now)
  * Ends every wait in the database, queued or granted but not yet returned:
  * its leases are about to be dropped (the extension or the database went
  * away), so nothing can be granted any more.  Each waiter wakes to an
- * error.  The caller holds every partition lock.
+ * error; a queued request is dropped.  The caller holds every partition
+ * lock.
  */
 void
 dlock_end_waits(Oid dbid)
 {
-	for (int i = 0; i < MaxBackends; i++)
+	for (int i = 0; i < MaxBackends + dlock_max_locks; i++)
 	{
 		DLockWaiter *w = &slots[i];
 
 		if (w->key.dbid != dbid ||
 			(w->state != DLOCK_WAIT_QUEUED && w->state != DLOCK_WAIT_GRANTED))
 			continue;
-		if (w->state == DLOCK_WAIT_QUEUED)
+		if (w->proc == NULL)
+			dlock_queued_remove(w);
+		else if (w->state == DLOCK_WAIT_QUEUED)
 		{
 			dlist_delete(&w->node);
 			w->head->nwaiters--;
@@ -371,6 +490,8 @@ dlock_end_waits(Oid dbid)
 				dlock_unreserve(w->head);
 			w->reserved = false;
 		}
+		if (w->proc == NULL)
+			continue;
 		w->state = DLOCK_WAIT_ENDED;
 		dlock_wake_later(w->proc);
 	}

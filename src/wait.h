@@ -2,12 +2,15 @@
  * wait.h
  *		Queues of waiters and the handoff of a freed lease to the next one.
  *
- * Each backend owns one waiter slot.  While queued, the slot hangs off a
- * name's FIFO list and is protected by the name's partition lock.  Whoever
- * frees a lease grants the name to the waiters at the front of the queue
- * that no longer conflict (one exclusive, or a run of shared ones, or as many
- * as there are free permits) and sets only their latches: nobody polls and
- * nobody else wakes.
+ * Each backend owns one waiter slot; a queued request that holds no backend
+ * (queue.c) has one of a pool of slots, dlock.max_locks of them, with no
+ * proc.  While queued, the slot hangs off a name's FIFO list and is
+ * protected by the name's partition lock.  Whoever frees a lease grants the
+ * name to the waiters at the front of the queue that no longer conflict (one
+ * exclusive, or a run of shared ones, or as many as there are free permits)
+ * and sets only their latches: nobody polls and nobody else wakes.  A queued
+ * request granted so gets a memory-only lease and leaves its slot; one whose
+ * hold ran out is dropped instead.
  */
 #ifndef DLOCK_WAIT_H
 #define DLOCK_WAIT_H
@@ -26,8 +29,9 @@ typedef enum DLockWaitState
 
 typedef struct DLockWaiter
 {
-	dlist_node	node;
-	PGPROC	   *proc;
+	dlist_node	node;			/* in its name's queue; a free pool slot: in
+								 * the pool's free list */
+	PGPROC	   *proc;			/* NULL: a queued request (no backend) */
 	int			pid;
 	DLockWaitState state;
 	DLockEntry *head;			/* the name's head, while queued */
@@ -52,6 +56,10 @@ typedef struct DLockWaiter
 	bool		reserved;		/* counted an entry for its lease */
 	bool		events;			/* dlock.events of the waiter */
 	uint64		event_seq;		/* set when granted: its grant event's seq */
+	int64		hold;			/* a queued request: how long it stays
+								 * queued unless asked again */
+	int64		hold_until;		/* a queued request: monotonic end of its
+								 * hold; 0: a backend */
 	DLockOwner	owner;
 } DLockWaiter;
 
@@ -69,6 +77,18 @@ extern uint64 dlock_wait_event_seq(void);
 extern void dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep);
 extern void dlock_end_waits(Oid dbid);
 extern DLockWaiter *dlock_waiter_slots(int *count);
+
+/*
+ * Queued requests' slots (the pool is counted in dlock_waiter_slots after
+ * the backends').  new() takes one (NULL: none left; the caller reserved an
+ * entry for it, so there always is one), filled with what any queued
+ * request has; remove() takes one out of its queue, gives back its
+ * reservation and its slot.  Both under the name's partition lock.
+ */
+extern DLockWaiter *dlock_queued_new(DLockEntry *head, const DLockOwner *owner,
+									 Oid roleid, int64 ttl, DLockMode mode);
+extern void dlock_queued_remove(DLockWaiter *w);
+extern uint32 dlock_queued_count(void);
 
 /*
  * Latches to set are collected while partition locks are held and set

@@ -10,7 +10,9 @@
  * does and exits.  Change events (events.c) are sent by a sender it starts
  * in their database, whatever dlock.worker says, which stays while events
  * come and exits after SENDER_LINGER without any.  Waiters never depend on
- * the worker: each times its holder's expiry itself.
+ * the worker: each times its holder's expiry itself.  Queued requests that
+ * hold no backend (queue.c) do: it drops those whose hold ran out and grants
+ * those at the front of a queue that nobody else settled.
  *
  * Locking: expiries take one partition lock at a time, a batch at most per
  * hold; the sweeper holds none while it writes rows.
@@ -34,6 +36,7 @@
 #include "engine.h"
 #include "events.h"
 #include "grace.h"
+#include "queue.h"
 #include "settings.h"
 #include "store.h"
 #include "wait.h"
@@ -242,6 +245,10 @@ dlock_worker_main(Datum arg)
 			dlock_watch_at(DLOCK_WATCH_AWAKE);
 			next = dlock_expire_due(dlock_worker_batch,
 									DLOCK_STAT_EXPIRED_BY_WORKER, &unused);
+			/* queued requests whose hold ran out, or that fit now */
+			retry_at = dlock_queue_expire();
+			if (retry_at != 0 && (next == 0 || retry_at < next))
+				next = retry_at;
 			retry_at = start_sweepers(running, handles);
 			if (retry_at != 0 && (next == 0 || retry_at < next))
 				next = retry_at;

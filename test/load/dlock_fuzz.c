@@ -21,13 +21,17 @@
  *   - one token, one holder: a token is never returned to two holders, and
  *     dlock_locks never shows two rows for a name or a token on two names;
  *   - tokens grow: a token that a call certainly got as a new grant is above
- *     every token any client had received before that call was sent;
+ *     every token any client had received before that call was sent (for a
+ *     holder with a queued request, dlock_enqueue, before the first call that
+ *     may have queued it: its grant came in another backend, meanwhile);
  *   - no stale write: an UPDATE of fz_rows that does not set the token
  *     column, sent where nothing fenced (alone, or in a transaction that
  *     sent no fence), is refused; none changed a row, and no row it marks
  *     (stale = true) is in fz_rows at the end;
  *   - quiescence: dlock_waiters empty and dlock_stats.waiting 0 in every
- *     database; every durable live lease has its row (same token, owner,
+ *     database, once the queued requests left over (pid NULL) were dequeued
+ *     by the checker (dlock_dequeue as a superuser), and dlock_stats.queued
+ *     0 then; every durable live lease has its row (same token, owner,
  *     role and version) and every row that claims a live lease has it in
  *     shared memory; the sentinel lease taken before the start is unchanged;
  *   - a fresh grant after the run is above every token seen;
@@ -154,6 +158,12 @@ typedef struct Stats
 	long		ev_uncertain;	/* grant calls of events sessions with an unknown outcome */
 	long		ev_rolled_back; /* new grants rolled back (TAG_R) */
 	long		ev_off;			/* new grants of sessions with events off (TAG_OFF) */
+	long		enqueues;		/* dlock_enqueue calls */
+	long		enqueue_nulls;	/* ... that returned NULL: a request queued */
+	long		queued_tokens;	/* tokens to holders with a request queued */
+	long		dequeues;		/* dlock_dequeue calls */
+	long		dequeued;		/* ... that returned true */
+	long		leftover_queued;	/* queued requests the checker dequeued */
 	long		violations;
 	int			finished;
 	int			pid;			/* backend pid of the main connection */
@@ -418,6 +428,13 @@ typedef struct Tracked
 	int64_t		token;			/* last token this client got for the holder */
 	bool		uncertain;		/* a reply was lost: the next token may be old */
 	bool		touched;		/* in the open transaction */
+
+	/*
+	 * Send time of the first dlock_enqueue that may have queued a request for
+	 * the holder since it last got a token (0: none): a token it gets next
+	 * may be that request's, granted by another backend after that call.
+	 */
+	int64_t		queued_send;
 } Tracked;
 
 typedef struct Client
@@ -1197,6 +1214,10 @@ note_grant(Client *c, const Choice *ch, int64_t token, int64_t t_send, int64_t t
 	if (t != NULL)
 	{
 		fresh = !t->uncertain && token != t->token;
+		/* a queued request's grant: after the call that queued it */
+		if (t->queued_send != 0 && t->queued_send < t_send)
+			t_send = t->queued_send;
+		t->queued_send = 0;
 		t->token = token;
 		t->uncertain = false;
 		if (c->in_xact)
@@ -1260,7 +1281,7 @@ judge_stale(Client *c, Outcome out, PGresult *res, const Arg *name)
 static void
 judge_grant(Client *c, const Choice *ch, const Tracked *t, Outcome out, int64_t granted,
 			int lifetime, bool min_hold_given, bool was_uncertain, int64_t was_token,
-			bool was_in_xact, bool was_events)
+			bool was_in_xact, bool was_events, bool queue_call, bool was_queued)
 {
 	if (granted != 0)
 	{
@@ -1289,8 +1310,30 @@ judge_grant(Client *c, const Choice *ch, const Tracked *t, Outcome out, int64_t 
 			c->st->ev_uncertain++;
 		return;
 	}
+	/*
+	 * A request queued now is granted later, outside this session, with the
+	 * "granted" event if the session that queued it had events on.
+	 */
+	if (queue_call && granted == 0 && out == OUT_OK)
+	{
+		if (was_events)
+			c->st->ev_uncertain++;
+		return;
+	}
 	if (granted == 0)
 		return;
+
+	/*
+	 * The token may be that of a grant to the holder's queued request, whose
+	 * event (if any) followed the session that queued it, not this one; or
+	 * a grant of this call, whose event follows this session.
+	 */
+	if (was_queued)
+	{
+		if (was_events)
+			c->st->ev_uncertain++;
+		return;
+	}
 	if (was_uncertain || granted == was_token)
 	{
 		if (was_uncertain && was_events)
@@ -1316,6 +1359,85 @@ judge_grant(Client *c, const Choice *ch, const Tracked *t, Outcome out, int64_t 
 		c->st->ev_uncertain++;
 }
 
+/*
+ * dlock_enqueue's hold: mostly 0.1-3 s (so that requests left behind by a
+ * client that moved on leave soon), now and then minutes; NULL (22004) and
+ * hostile intervals (zero, negative, huge: class 22).
+ */
+static void
+choose_hold(Arg *a)
+{
+	int			k = rnd_int(100);
+
+	if (k < 5)
+		arg_set(a, NULL);
+	else if (k < 80)
+		arg_fmt(a, "%d ms", 100 + rnd_int(2900));
+	else if (k < 83)
+		arg_set(a, "2 min");
+	else
+		arg_set(a, hostile_intervals[rnd_int(N_HOSTILE_INTERVALS)]);
+}
+
+/*
+ * A dlock_enqueue call into args (name, ttl, owner, mode, permits, hold as
+ * the form needs); returns its SQL.  Only exclusive requests: the checker
+ * holds a name to one row.  A bad mode or permits is refused (22023).
+ * Only the session's own owner leaves out hold (the default, 30 s).
+ */
+static const char *
+choose_enqueue(Choice *ch, Arg *args, int *nparams)
+{
+	int			form = rnd_int(100);
+
+	args[0] = ch->name;
+	choose_ttl(&args[1]);
+	if (ch->default_owner && form < 30)
+	{
+		*nparams = 2;
+		return "SELECT dlock_enqueue($1, $2::interval)";
+	}
+	if (ch->default_owner)
+	{
+		choose_hold(&args[2]);
+		*nparams = 3;
+		return "SELECT dlock_enqueue(name => $1, ttl => $2::interval, hold => $3::interval)";
+	}
+	args[2] = ch->owner;
+	choose_hold(&args[5]);
+	if (form < 85)
+	{
+		args[3] = args[5];
+		args[5] = (Arg) {0};
+		*nparams = 4;
+		return "SELECT dlock_enqueue($1, $2::interval, $3, hold => $4::interval)";
+	}
+	/* mode and permits given: valid as exclusive, else refused */
+	switch (rnd_int(4))
+	{
+		case 0:
+			arg_set(&args[3], "exclusive");
+			break;
+		case 1:
+			arg_set(&args[3], NULL);
+			break;
+		default:
+			arg_set(&args[3], rnd_int(2) ? "Exclusive" : "writer");
+			break;
+	}
+	switch (rnd_int(4))
+	{
+		case 0:
+			arg_set(&args[4], rnd_int(2) ? "0" : "-1");
+			break;
+		default:
+			arg_set(&args[4], NULL);
+			break;
+	}
+	*nparams = 6;
+	return "SELECT dlock_enqueue($1, $2::interval, $3, $4, $5::integer, $6::interval)";
+}
+
 /* One random dlock call (or view read, or fenced write). */
 static void
 dlock_call(Client *c)
@@ -1324,10 +1446,13 @@ dlock_call(Client *c)
 	Arg			args[6] = {{0}};
 	const char *sql = NULL;
 	int			nparams = 0;
-	int			op = rnd_int(100);
+	int			op = rnd_int(110);	/* 100..109: enqueue, dequeue */
 	int			cancel_us = 0;
 	int			hangup_us = 0;
 	bool		grant_call = false;
+	bool		queue_call = false; /* dlock_enqueue */
+	bool		dequeue_call = false;
+	bool		was_queued;
 	bool		stale_write = false;
 	bool		wrote_row;
 	int64_t		granted = 0;
@@ -1356,12 +1481,34 @@ dlock_call(Client *c)
 	 * of the lease's role may), but a grant under it would let two clients
 	 * share a holder, and the checker relies on private owners.
 	 */
-	if (op < 48 && ch.foreign_owner)
+	if ((op < 48 || (op >= 100 && op < 107)) && ch.foreign_owner)
 	{
 		arg_free(&ch.owner);
 		arg_set(&ch.owner, "h-shared-1");
 	}
-	if (op < 24)
+	if (op >= 107)
+	{
+		dequeue_call = true;
+		args[0] = ch.name;
+		if (ch.default_owner)
+		{
+			sql = "SELECT dlock_dequeue($1)";
+			nparams = 1;
+		}
+		else
+		{
+			sql = "SELECT dlock_dequeue($1, $2)";
+			args[1] = ch.owner;
+			nparams = 2;
+		}
+	}
+	else if (op >= 100)
+	{
+		grant_call = true;
+		queue_call = true;
+		sql = choose_enqueue(&ch, args, &nparams);
+	}
+	else if (op < 24)
 	{
 		grant_call = true;
 		args[0] = ch.name;
@@ -1406,7 +1553,7 @@ dlock_call(Client *c)
 		else if (!c->in_xact && chance(1))
 			hangup_us = 1 + rnd_int(20000);
 	}
-	if (grant_call)
+	if (grant_call && !queue_call)
 	{
 		/* a lifetime and a minimum hold, by name, after the rest */
 		size_t		len = strlen(sql) - 1;	/* without its ")" */
@@ -1529,11 +1676,12 @@ dlock_call(Client *c)
 		sql = "SELECT count(*) FROM dlock_waiters";
 	else if (op < 99)
 		sql = "SELECT * FROM dlock_stats";
-	else
+	else if (op < 100)
 		sql = "SELECT dlock_owner()";
 
 	was_uncertain = t != NULL && t->uncertain;
 	was_token = t != NULL ? t->token : 0;
+	was_queued = t != NULL && t->queued_send != 0;
 	was_in_xact = c->in_xact;
 	was_events = c->events;
 	t0 = load_now_us();
@@ -1554,17 +1702,37 @@ dlock_call(Client *c)
 				note_grant(c, &ch, granted, t0, t1);
 			}
 		}
+		if (queue_call && PQntuples(res) == 1 && PQgetisnull(res, 0, 0))
+			c->st->enqueue_nulls++;
+		if (dequeue_call && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) &&
+			strcmp(PQgetvalue(res, 0, 0), "t") == 0)
+		{
+			c->st->dequeued++;
+			/* nothing is queued for it now, nor granted to what was */
+			if (t != NULL)
+				t->queued_send = 0;
+		}
 		if (t != NULL && c->in_xact && !grant_call)
 			t->touched = true;
 		PQclear(res);
 	}
 	else if (t != NULL && grant_call)
 		t->uncertain = true;	/* a grant may have happened and been undone */
+	if (queue_call)
+		c->st->enqueues++;
+	if (granted != 0 && was_queued)
+		c->st->queued_tokens++;
+	if (dequeue_call)
+		c->st->dequeues++;
+	/* a request may be queued now, unless the call returned a token */
+	if (queue_call && t != NULL && granted == 0 && t->queued_send == 0)
+		t->queued_send = t0;
 	if (out != OUT_LOST && c->in_xact)
 		c->xact_dlock_ops++;
 	if (grant_call)
 		judge_grant(c, &ch, t, out, granted, lifetime, min_hold_given,
-					was_uncertain, was_token, was_in_xact, was_events);
+					was_uncertain, was_token, was_in_xact, was_events, queue_call,
+					was_queued);
 
 	/* a holder writes a row with the token it was just granted */
 	wrote_row = sql == insert_row && out == OUT_OK;
@@ -2722,7 +2890,7 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 	/* backends of clients that hung up or were killed leave the queue */
 	for (int i = 0; i < 100; i++)
 	{
-		res = load_must(conn, "SELECT count(*) FROM dlock_waiters");
+		res = load_must(conn, "SELECT count(*) FROM dlock_waiters WHERE pid IS NOT NULL");
 		waiting = atoi(PQgetvalue(res, 0, 0));
 		PQclear(res);
 		if (waiting == 0)
@@ -2734,11 +2902,32 @@ check_quiescent(int d, Stats *st, const char *sentinel_token, Record *extra, siz
 		bad++;
 		violation(st, "%s: %d sessions still in dlock_waiters 10 s after the end", db_list[d], waiting);
 	}
-	res = load_must(conn, "SELECT waiting FROM dlock_stats");
-	if (atoi(PQgetvalue(res, 0, 0)) != 0)
+
+	/*
+	 * Queued requests stay for their hold (up to minutes here): the checker,
+	 * a superuser, has every role's privileges, so dlock_dequeue leaves each.
+	 * A request may be granted or run out of hold meanwhile, so ask again
+	 * until none is left (a few rounds).
+	 */
+	for (int i = 0; i < 10; i++)
+	{
+		res = load_must(conn, "SELECT count(*) FILTER (WHERE dlock_dequeue(name, owner)), count(*)"
+						" FROM dlock_waiters WHERE pid IS NULL");
+		st->leftover_queued += atol(PQgetvalue(res, 0, 0));
+		waiting = atoi(PQgetvalue(res, 0, 1));
+		PQclear(res);
+		if (waiting == 0)
+			break;
+	}
+	/* dlock_stats is the cluster's: queued is 0 once every database is done */
+	res = load_must(conn, "SELECT (SELECT count(*) FROM dlock_waiters), waiting, queued FROM dlock_stats");
+	if (strcmp(PQgetvalue(res, 0, 0), "0") != 0 || strcmp(PQgetvalue(res, 0, 1), "0") != 0 ||
+		(d == ndbs - 1 && strcmp(PQgetvalue(res, 0, 2), "0") != 0))
 	{
 		bad++;
-		violation(st, "dlock_stats.waiting is %s after the end", PQgetvalue(res, 0, 0));
+		violation(st, "%s: after the end and the checker's dlock_dequeue: %s rows in dlock_waiters,"
+				  " dlock_stats.waiting %s, dlock_stats.queued %s (all 0; queued once every database is done)",
+				  db_list[d], PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
 	}
 	PQclear(res);
 
@@ -3419,6 +3608,11 @@ fuzz_main(void)
 		total.ev_uncertain += s->ev_uncertain;
 		total.ev_rolled_back += s->ev_rolled_back;
 		total.ev_off += s->ev_off;
+		total.enqueues += s->enqueues;
+		total.enqueue_nulls += s->enqueue_nulls;
+		total.queued_tokens += s->queued_tokens;
+		total.dequeues += s->dequeues;
+		total.dequeued += s->dequeued;
 		total.violations += s->violations;
 		for (int k = 0; k < s->ncodes; k++)
 		{
@@ -3535,6 +3729,10 @@ fuzz_main(void)
 	printf("event tokens   %ld tagged: %ld committed new grants (each sent), %ld rolled back and %ld with events off"
 		   " (none sent); %ld grant calls of unknown outcome\n",
 		   nevtags, total.ev_known, total.ev_rolled_back, total.ev_off, total.ev_uncertain);
+	printf("queue          %ld dlock_enqueue (%ld returned NULL: queued), %ld dlock_dequeue (%ld left the queue);"
+		   " %ld tokens to holders with a request queued; %ld requests left queued at the end, dequeued by the checker\n",
+		   total.enqueues, total.enqueue_nulls, total.dequeues, total.dequeued, total.queued_tokens,
+		   cst.leftover_queued);
 	printf("monitor        %ld samples of dlock_locks\n", stats[MAX_CLIENTS].calls);
 	printf("records        %zu token records checked (%ld as new grants), max token %" PRId64 "\n",
 		   nall, nfresh, max_token);

@@ -4,9 +4,11 @@
 # group after a forced release and after the server is killed, survival of a
 # quick server restart, signal forwarding, exit status pass-through, cleanup
 # of leftover group members and of processes that left the group (setsid),
-# release of only the lease it took after an interrupted wait, --lifetime
-# session (a SIGKILLed dlock run frees the name at once), an extension in a
-# schema off the search_path or still at 1.1, and usage errors.
+# release of only the lease it took after an interrupted wait, --queue
+# (a queued request, FIFO with blocked waiters, dequeued on timeout and
+# signal), --lifetime session (a SIGKILLed dlock run frees the name at
+# once), an extension in a schema off the search_path or still at 1.1, and
+# usage errors.
 #
 # Every wait is bounded: a step that hangs fails within seconds, naming the
 # step.  The suite does not depend on the signal dispositions it was started
@@ -671,6 +673,120 @@ wait_bg "$dp" 10 "dlock run after SIGTERM and SIGCONT (extension)"
 dl release --owner ue-owner unseen-ext
 ok "SIGTERM with an unread extension of an earlier lease: exit 143, that lease kept"
 
+# ---------------------------------------------------------------- --queue
+# run --queue waits as a queued request (dlock_enqueue asked again), not in
+# a blocked call: dlock_waiters shows it with pid NULL; it keeps its place in
+# the FIFO queue it shares with blocked waiters; on --timeout and on a
+# signal it leaves the queue at once (not when its 30 s hold would run out),
+# and a lease granted to it meanwhile is released, or, at the timeout,
+# taken and run.
+expect_status 64 "usage: --queue with --no-wait" "$dlock" run --queue --no-wait name -- true
+expect_status 64 "usage: --queue with --timeout 0" "$dlock" run --queue --timeout 0 name -- true
+grep -q -- "--timeout 0 (no wait) excludes it" "$tmp/err" || fail "--queue --timeout 0: $(cat "$tmp/err")"
+expect_status 64 "usage: --queue with --at-least" "$dlock" run --queue --at-least 1s name -- true
+expect_status 64 "usage: --queue with --lifetime session" "$dlock" run --queue --lifetime session name -- true
+expect_status 64 "usage: --queue on try" "$dlock" try --queue name
+expect_status 0 "run --queue on a free name" "$dlock" run --queue qfree -- sh -c 'echo "$DLOCK_TOKEN"'
+[[ "$(cat "$tmp/out")" =~ ^[0-9]+$ ]] || fail "run --queue on a free name: DLOCK_TOKEN $(cat "$tmp/out")"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'qfree'")" = 0 ] || fail "run --queue left its lease"
+
+# wait_queued NAME OWNER: until OWNER has a queued request (pid NULL) on NAME
+wait_queued() {
+	local deadline=$(($(now) + 5000))
+	until [ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = '$1' AND owner = '$2' AND pid IS NULL")" = 1 ]; do
+		(($(now) < deadline)) || fail "no queued request of $2 on $1: $(sql "SELECT owner, pid FROM dlock_waiters WHERE name = '$1'")"
+		sleep 0.02
+	done
+}
+
+# FIFO with a blocked waiter behind: the queued run goes first, then the
+# blocked one; each gets its own token, the queued run's from its grant
+dl try --owner q-holder qfifo >/dev/null
+rm -f "$tmp/q.log"
+"$dlock" run --queue --ttl 10s --owner q-1 qfifo -- sh -c 'echo "q-1 $DLOCK_TOKEN" >>q.log; sleep 0.3' 2>"$tmp/q1.err" &
+dq=$!
+bg_pids+=($dq)
+wait_queued qfifo q-1
+"$dlock" run --owner q-2 qfifo -- sh -c 'echo "q-2 $DLOCK_TOKEN" >>q.log' 2>"$tmp/q2.err" &
+db=$!
+bg_pids+=($db)
+wait_waiters qfifo 2
+[ "$(sql "SELECT string_agg(owner || ':' || coalesce(pid::text, 'queued'), ' ' ORDER BY queue_position) FROM dlock_waiters WHERE name = 'qfifo'" | sed 's/q-2:[0-9]*/q-2:pid/')" = "q-1:queued q-2:pid" ] ||
+	fail "qfifo's queue: $(sql "SELECT owner, pid, queue_position FROM dlock_waiters WHERE name = 'qfifo'")"
+dl release --owner q-holder qfifo
+wait_bg "$dq" 10 "run --queue after the release"
+[ "$rc" = 0 ] || fail "run --queue: exit $rc; $(cat "$tmp/q1.err")"
+wait_bg "$db" 10 "the blocked run behind run --queue"
+[ "$rc" = 0 ] || fail "the blocked run behind run --queue: exit $rc; $(cat "$tmp/q2.err")"
+[ "$(cut -d' ' -f1 "$tmp/q.log" | tr '\n' ' ')" = "q-1 q-2 " ] || fail "order of the runs: $(cat "$tmp/q.log")"
+read -r _ t1 < <(sed -n 1p "$tmp/q.log")
+read -r _ t2 < <(sed -n 2p "$tmp/q.log")
+((t1 < t2)) || fail "tokens of the runs do not grow: $(cat "$tmp/q.log")"
+ok "run --queue: queued with no backend (pid NULL), granted before the blocked run behind it"
+
+# --timeout: exit 75 and the request leaves the queue at once
+dl try --owner qt-holder qtime >/dev/null
+t0=$(now)
+expect_status 75 "run --queue --timeout 1s on a busy name" "$dlock" run --queue --timeout 1s --owner qt qtime -- touch "$tmp/ran"
+el=$(($(now) - t0))
+((el >= 900 && el < 5000)) || fail "run --queue --timeout 1s took $el ms"
+grep -q "timed out after .* waiting in the queue for qtime" "$tmp/err" || fail "--queue timeout message: $(cat "$tmp/err")"
+[ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'qtime'")" = 0 ] ||
+	fail "run --queue --timeout left its request queued: $(sql "SELECT owner, deadline FROM dlock_waiters WHERE name = 'qtime'")"
+[ ! -e "$tmp/ran" ] || fail "the command ran although the lease was busy"
+ok "run --queue --timeout 1s: exit 75 after $el ms, its request dequeued"
+
+# SIGTERM while queued: exit 143, dequeued at once, the command not started
+"${dfl[@]}" "$dlock" run --queue --owner qs qtime -- touch "$tmp/ran" 2>"$tmp/qs.err" &
+dp=$!
+bg_pids+=($dp)
+wait_queued qtime qs
+kill -TERM "$dp"
+wait_bg "$dp" 10 "SIGTERM to run --queue while queued"
+[ "$rc" = 143 ] || fail "SIGTERM while queued: exit $rc, expected 143; $(cat "$tmp/qs.err")"
+[ "$(sql "SELECT count(*) FROM dlock_waiters WHERE name = 'qtime'")" = 0 ] || fail "SIGTERM left the request queued"
+[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM while queued"
+ok "SIGTERM while queued: exit 143, the request dequeued"
+
+# a grant to the queued request that dlock never collected: released after
+# SIGTERM (dlock is stopped while the holder releases)
+"${dfl[@]}" "$dlock" run --queue --owner qg qtime -- touch "$tmp/ran" 2>"$tmp/qg.err" &
+dp=$!
+bg_pids+=($dp)
+wait_queued qtime qg
+kill -STOP "$dp"
+dl release --owner qt-holder qtime
+[ "$(sql "SELECT owner || ' ' || coalesce(pid::text, 'none') FROM dlock_locks WHERE name = 'qtime'")" = "qg none" ] ||
+	fail "the queued request was not granted: $(sql "SELECT owner, pid FROM dlock_locks WHERE name = 'qtime'")"
+kill -TERM "$dp"
+kill -CONT "$dp"
+wait_bg "$dp" 10 "run --queue after SIGTERM and SIGCONT"
+[ "$rc" = 143 ] || fail "SIGTERM with an uncollected grant: exit $rc; $(cat "$tmp/qg.err")"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'qtime'")" = 0 ] ||
+	fail "the grant to the queued request was not released: $(sql "SELECT owner, token FROM dlock_locks WHERE name = 'qtime'")"
+[ ! -e "$tmp/ran" ] || fail "the command ran after SIGTERM"
+ok "SIGTERM with a grant to the queued request not collected: exit 143, that lease released"
+
+# the --timeout passes after a grant dlock has not collected: it runs the
+# command with that lease (granted within its timeout)
+dl try --owner qa-holder qadopt >/dev/null
+qa_t0=$(now)
+"${dfl[@]}" "$dlock" run --queue --timeout 2s --owner qa qadopt -- sh -c 'echo "$DLOCK_TOKEN" >qa.tok' 2>"$tmp/qa.err" &
+dp=$!
+bg_pids+=($dp)
+wait_queued qadopt qa
+kill -STOP "$dp"
+dl release --owner qa-holder qadopt
+qa_token=$(sql "SELECT token FROM dlock_locks WHERE name = 'qadopt' AND owner = 'qa'")
+[ -n "$qa_token" ] || fail "the queued request on qadopt was not granted"
+while (($(now) < qa_t0 + 2500)); do sleep 0.1; done
+kill -CONT "$dp"
+wait_bg "$dp" 10 "run --queue --timeout 2s continued after its timeout"
+[ "$rc" = 0 ] || fail "run --queue, granted before its timeout: exit $rc; $(cat "$tmp/qa.err")"
+[ "$(cat "$tmp/qa.tok")" = "$qa_token" ] || fail "DLOCK_TOKEN $(cat "$tmp/qa.tok"), granted $qa_token"
+[ "$(sql "SELECT count(*) FROM dlock_locks WHERE name = 'qadopt'")" = 0 ] || fail "qadopt still held"
+ok "run --queue granted before its timeout, collected after it: the command ran with the granted token"
+
 # ---------------------------------------------------------------- --lifetime session
 # A session lease ends with dlock's connection: SIGKILL of dlock run itself
 # (not only of its command) frees the name at once, and a queued waiter runs
@@ -781,6 +897,8 @@ grep -q -- '--lifetime needs version 1.2 of the dlock extension; database "old" 
 expect_status 70 "extension 1.1: run --no-wait --lifetime ttl" "$dlock" -d "dbname=old" run --no-wait --lifetime ttl o11 -- touch "$tmp/ran"
 expect_status 70 "extension 1.1: run --at-least" "$dlock" -d "dbname=old" run --at-least 1s o11 -- touch "$tmp/ran"
 grep -q -- '--at-least needs version 1.2' "$tmp/err" || fail "--at-least on 1.1: $(cat "$tmp/err")"
+expect_status 70 "extension 1.1: run --queue" "$dlock" -d "dbname=old" run --queue o11 -- touch "$tmp/ran"
+grep -q -- '--queue needs version 1.2' "$tmp/err" || fail "--queue on 1.1: $(cat "$tmp/err")"
 [ ! -e "$tmp/ran" ] || fail "a command ran although its option needs 1.2"
 [ "$(sql "SELECT count(*) FROM dlock_locks" -d old)" = 0 ] || fail "a lease left in database old"
 

@@ -113,8 +113,8 @@ wait_for() {
 # The dlock_stats columns the queries file must export, and as what:
 # counters as dlock_<column>_total, gauges as dlock_<column>.
 stat_counters=(grants immediate_grants waits wait_timeouts releases renewals
-	expired_by_worker expired_by_sweep expired_by_caller)
-stat_gauges=(leases waiting)
+	expired_by_worker expired_by_sweep expired_by_caller queue_dropped)
+stat_gauges=(leases waiting queued)
 # Everything the file exports, with its TYPE.
 expected_types() {
 	local c
@@ -150,7 +150,8 @@ done
 # so that a column exported under another's name shows.
 #   dlock_a: a-job (w1), the semaphore a-sem (w1, w2), a-hand (w3, granted
 #            after a wait); releases, renewals and waits that time out
-#   dlock_b: b-job (w1), b-other (w2); two sessions queued on b-job
+#   dlock_b: b-job (w1), b-other (w2); two sessions and nine requests
+#            queued on b-job, six requests dropped from b-other's queue
 # Expiries, with the worker off: one taken over by a call, three swept;
 # then with the worker on, eight that it ends.
 sql dlock_a "SELECT dlock_try('a-job', '10 min', 'w1'),
@@ -200,6 +201,15 @@ for w in w8 w9; do
 	wait_for 10 "$w queued on b-job" dlock_b "SELECT count(*) = 1 FROM dlock_waiters WHERE owner = '$w'"
 done
 t_queued=$(now_ms)
+# nine requests queued on b-job without a backend (after the waiters: the
+# oldest wait stays theirs), and six on b-other whose hold runs out: the
+# dequeue of a request b-other never had walks its queue and drops them
+sql dlock_b "SELECT dlock_enqueue('b-job', '10 min', 'q' || i, hold => '10 min')
+	FROM generate_series(1, 9) i" >/dev/null
+sql dlock_b "SELECT dlock_enqueue('b-other', '10 min', 'd' || i, hold => '10 ms')
+	FROM generate_series(1, 6) i" >/dev/null
+sleep 0.05
+sql dlock_b "SELECT dlock_dequeue('b-other', 'nobody')" >/dev/null
 
 # dlock_stats as column|value lines, sorted
 stats() {
@@ -226,7 +236,7 @@ fi
 zero=$(grep '|0$' "$tmp/stats.before" | cut -d'|' -f1 | tr '\n' ' ' || true)
 [ -z "$zero" ] || { cat "$tmp/stats.before" >&2; echo "metrics.sh: FAILED: zero in dlock_stats: $zero" >&2; exit 1; }
 per_db >"$tmp/per_db.before"
-printf 'dlock_a|4|0\ndlock_b|2|2\n' >"$tmp/per_db.made"
+printf 'dlock_a|4|0\ndlock_b|2|11\n' >"$tmp/per_db.made"
 check "leases and waiters per database are those made" cmp -s "$tmp/per_db.made" "$tmp/per_db.before"
 # let the oldest waiter's age grow past a second, so that seconds show
 sleep 1.2
@@ -390,12 +400,14 @@ if [ -n "$age" ] && awk -v v="$age" -v l="$low" -v h="$high" 'BEGIN { exit !(v >
 else
 	fail "oldest wait in dlock_b: '$age', expected between $low and $high seconds"
 fi
-total=$(value dlock_waiting "" "$tmp/scrape.txt") || total=
+waiting=$(value dlock_waiting "" "$tmp/scrape.txt") || waiting=
+queued=$(value dlock_queued "" "$tmp/scrape.txt") || queued=
+total=$(awk -v a="$waiting" -v b="$queued" 'BEGIN { print a + b }')
 sum=$(awk '!/^#/ && /^dlock_database_waiters\{/ { s += $NF } END { print s + 0 }' "$tmp/scrape.txt")
-if equal "$total" "$sum"; then
-	ok "dlock_waiting ($total) is the sum of the databases' waiters"
+if [ -n "$waiting" ] && [ -n "$queued" ] && equal "$total" "$sum"; then
+	ok "dlock_waiting + dlock_queued ($total) is the sum of the databases' waiters"
 else
-	fail "dlock_waiting is $total, the databases' waiters add up to $sum"
+	fail "dlock_waiting + dlock_queued is '$waiting' + '$queued', the databases' waiters add up to $sum"
 fi
 # promtool's lint of the dlock_ metrics (names, _total on counters, HELP)
 if grep -E '^(# (HELP|TYPE) )?dlock_' "$tmp/scrape.txt" | promtool check metrics >"$tmp/lint.out" 2>&1; then
@@ -418,7 +430,7 @@ check "defaults on: the same dlock_ metrics and TYPEs" \
 	cmp -s "$tmp/types.expected" "$tmp/types-defaults.got"
 check_value "defaults on" dlock_grants_total "" "$(grep '^grants|' "$tmp/stats.after" | cut -d'|' -f2)" \
 	"$tmp/scrape-defaults.txt"
-check_value "defaults on" dlock_database_waiters 'datname="dlock_b"' 2 "$tmp/scrape-defaults.txt"
+check_value "defaults on" dlock_database_waiters 'datname="dlock_b"' 11 "$tmp/scrape-defaults.txt"
 
 # ------------------------------------------------------------ alert rules
 

@@ -4,7 +4,8 @@
 # A LISTEN session (psql) collects every event; each scenario then compares
 # what arrived, in arrival order, with what must arrive: the payload's shape,
 # nothing from a rolled-back grant or a rolled-back savepoint, the order on
-# one name across sessions through a waiter's handoff, "forced", "expired"
+# one name across sessions through a waiter's handoff and through the grant
+# of a queued request whose owner is away, "forced", "expired"
 # sent by the sender (not the holder), also with dlock.worker off (before
 # the grant that took the name over), and at the commit of a grant whose
 # lease ended before it (after its grant, or never if it rolls back), and nothing
@@ -168,6 +169,23 @@ is(summary(@ev), 'granted:x:a released:x:a granted:x:b released:x:b',
 	'grant, release, handoff to the waiter, its release: in that order');
 seq_grows('handoff', @ev);
 no_more('handoff');
+
+# --- a queued request granted while its owner is away: "granted" is sent
+# from the handoff (no transaction of its owner to wait for), with the token
+# its owner collects later; collecting it sends nothing
+$a->query_safe(q{SELECT dlock_try('qx', '1 hour', 'a')});
+$b->query_safe(q{SELECT dlock_enqueue('qx', '1 hour', 'q')});
+$a->query_safe(q{SELECT dlock_release('qx', 'a')});
+@ev = next_events(3);
+is(summary(@ev), 'granted:qx:a released:qx:a granted:qx:q',
+	'a queued request is granted at the handoff, its owner away');
+my $qtok = $b->query_safe(q{SELECT dlock_enqueue('qx', '1 hour', 'q')});
+$qtok =~ s/\s+//g;
+is($ev[2]->{token}, $qtok, 'with the token its owner collects');
+seq_grows('queued', @ev);
+no_more('a queued grant collected');
+$b->query_safe(q{SELECT dlock_release('qx', 'q')});
+is(summary(next_events(1)), 'released:qx:q', 'its release');
 
 # --- forced, by a session with events off: the lease's own setting counts
 my $c = session('off');

@@ -4,7 +4,9 @@
 # to the waiter's grant is noted).  A kill -9 of the holder's backend makes
 # the postmaster reset shared memory: the rebuild brings back the ttl leases
 # (they have rows) but not the session lease (it has none).  A restart after
-# an immediate shutdown brings back neither session nor transaction leases.
+# an immediate shutdown brings back neither session nor transaction leases,
+# and neither it nor a clean restart leaves a queued request (dlock_enqueue)
+# or the memory-only lease granted to one.
 # Tokens only grow across all of it.  Also: dlock_locks shows a ttl lease's
 # pid only while its taker lives; a session lease released by its owner from
 # another session and taken by someone else is not ended by the first
@@ -198,6 +200,56 @@ is(sql(q{SELECT string_agg(name || ' ' || token, ',' ORDER BY name) FROM dlock_l
 my $next = sql(q{SELECT dlock_try('e', '1 hour', 'x')});
 ok($next > max_token(), "tokens only grow: $next > " . max_token());
 push @tokens, $next;
+
+# 8b. queued requests (dlock_enqueue) live in shared memory only: an
+# immediate shutdown and a start, and a clean restart, leave none (their
+# owners enqueue again), nor the memory-only lease granted to one; the
+# durable lease they queued behind comes back
+my $qh = sql(q{SELECT dlock_try('q', '1 hour', 'q-holder')});
+push @tokens, $qh;
+is(sql(q{SELECT count(dlock_enqueue('q', '1 hour', o, hold => '1 hour')) FROM unnest(ARRAY['qa', 'qb']) o}),
+	'0', 'two requests queued behind a durable lease');
+sql(q{SELECT dlock_try('qg', '1 hour', 'qg-holder')});
+is(sql(q{SELECT dlock_enqueue('qg', '1 hour', 'qg-owner', hold => '1 hour')}), '', 'a request queued on qg');
+is(sql(q{SELECT dlock_release('qg', 'qg-holder')}), 't', 'qg released: granted to the queued request');
+is(sql(q{SELECT owner || ' ' || durable || ' ' || (pid IS NULL) FROM dlock_locks WHERE name = 'qg'}),
+	'qg-owner false true', '... a memory-only lease of its absent owner');
+push @tokens, sql(q{SELECT token FROM dlock_locks WHERE name = 'qg'});
+# A release's commit does not wait for its WAL (docs/durability.md), and the
+# queued request's grant writes none: a durable grant elsewhere flushes the
+# release, or the crash below could bring back qg-holder's lease until its ttl
+push @tokens, sql(q{SELECT dlock_try('q-flush', '1 hour', 'x')});
+is(sql(q{SELECT string_agg(owner || ' ' || queue_position || ' ' || (pid IS NULL), ',' ORDER BY queue_position)
+	FROM dlock_waiters WHERE name = 'q'}) . ' ' . sql(q{SELECT queued FROM dlock_stats}),
+	'qa 1 true,qb 2 true 2', 'dlock_waiters and dlock_stats show both queued requests');
+for my $how ('immediate', 'restart')
+{
+	if ($how eq 'immediate')
+	{
+		$node->stop('immediate');
+		$node->start;
+	}
+	else
+	{
+		$node->restart;
+	}
+	is(sql(q{SELECT count(*) FROM dlock_waiters}) . ' ' . sql(q{SELECT queued FROM dlock_stats}), '0 0',
+		"$how: no queued request is left (dlock_waiters, dlock_stats.queued)");
+	is(sql(q{SELECT string_agg(name || ' ' || owner || ' ' || token, ',' ORDER BY name)
+		FROM dlock_locks WHERE name IN ('q', 'qg')}), "q q-holder $qh",
+		"$how: the durable lease is back, the queued request's memory-only lease is not");
+	is(sql(q{SELECT dlock_release('q', 'q-holder')}), 't', "$how: its holder releases it: nobody is queued to get it");
+	is(sql(q{SELECT count(*) FROM dlock_locks WHERE name = 'q'}), '0', "$how: q is free");
+	# queued again for the next round
+	$qh = sql(q{SELECT dlock_try('q', '1 hour', 'q-holder')});
+	ok($qh > max_token(), "$how: tokens only grow: $qh > " . max_token());
+	push @tokens, $qh;
+	is(sql(q{SELECT dlock_enqueue('q', '1 hour', 'qa', hold => '1 hour')}), '', "$how: qa enqueues again");
+	is(sql(q{SELECT owner || ' ' || queue_position FROM dlock_waiters WHERE name = 'q'}), 'qa 1',
+		"$how: ... and is first in the queue");
+}
+is(sql(q{SELECT dlock_dequeue('q', 'qa')}), 't', 'tidy up: qa leaves the queue');
+is(sql(q{SELECT dlock_release('q', 'q-holder')}), 't', 'tidy up: q released');
 
 # 9. a session that ends within its lease's minimum hold leaves the lease
 # until the hold's end, marked released and bound to nothing: its owner (from
