@@ -680,5 +680,12 @@ uint64
 dlock_lease_enqueue(const DLockRequest *req, int64 hold)
 {
 	Assert(hold > 0);
+	/*
+	 * A grant to the request while its owner is away writes no row: a crash
+	 * restart's grace must cover it as it covers an unflushed grant (before
+	 * the partition lock: this may write and fsync the grace's file).
+	 */
+	if (req->durable)
+		dlock_grace_unwritten(req->ttl);
 	return lease_acquire(req, 0, hold);
 }

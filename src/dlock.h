@@ -6,7 +6,8 @@
  * checks the calls, `make check-layers`; the include graph is acyclic too):
  *
  *	dlock.c			module load: settings, worker, setup of all shared memory
- *	api.c, fence.c	SQL entry points, views
+ *	api.c, views.c, fence.c
+ *				SQL entry points: lease calls, views, fencing
  *	worker.c		the background worker: expiries, sweeps
  *	acquire.c		acquiring a lease: granted, extended, queued
  *	lease.c			what a holder does with it: renew, release, force, fence

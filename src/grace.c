@@ -455,8 +455,23 @@ dlock_grace_unflushed(int64 lasts)
 	if (dlock_flush_grants || lasts > (int64) dlock_failover_grace_ms * 1000 ||
 		(SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0'))
 		return false;
-	if (likely(lasts <= (int64) pg_atomic_read_u64(&grace->unflushed)))
-		return true;
+	dlock_grace_unwritten(lasts);
+	return true;
+}
+
+/*
+ * The longest unflushed ttl raised to lasts, for a lease that no commit
+ * will ever write: one granted to a queued request while its owner is away
+ * (queue.c), whatever dlock.flush_grants says.  A ttl above
+ * dlock.failover_grace is left out: the grace is never longer, so a crash
+ * loses such a lease without one, as a memory-only lease (documented).
+ */
+void
+dlock_grace_unwritten(int64 lasts)
+{
+	if (lasts > (int64) dlock_failover_grace_ms * 1000 ||
+		likely(lasts <= (int64) pg_atomic_read_u64(&grace->unflushed)))
+		return;
 	LWLockAcquire(grace->lock, LW_EXCLUSIVE);
 	if (lasts > (int64) pg_atomic_read_u64(&grace->unflushed))
 	{
@@ -477,7 +492,6 @@ dlock_grace_unflushed(int64 lasts)
 		PG_END_TRY();
 	}
 	LWLockRelease(grace->lock);
-	return true;
 }
 
 /* dlock_grace(): when the running grace ends, or NULL */

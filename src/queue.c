@@ -26,7 +26,10 @@
  * when its owner collects it, would not make it durable from its grant: a
  * crash before then loses it anyway, so its owner must already cope with a
  * lost lease, by its fencing token, which never goes backwards.  Its ttl is
- * bounded as any memory-only lease's (dlock.failover_grace).  Queued
+ * bounded as any memory-only lease's (dlock.failover_grace).  Its owner
+ * may act on it (it learned the token from the event), so a crash restart's
+ * grace covers it: a durable request raises the longest unflushed ttl to its
+ * own before it joins (dlock_lease_enqueue, grace.c).  Queued
  * requests themselves live in shared memory only: neither a restart nor a
  * crash keeps them, their owners enqueue again.
  *

@@ -21,6 +21,8 @@
 #     grace.
 #  4. dlock.flush_grants = on: grants are flushed, survive a crash, and
 #     the crash begins no grace.
+#  4b. A lease granted to a queued request (no row, never flushed) is lost
+#     in a crash: the crash grace covers it, even with flush_grants = on.
 #  5. A backend crash (the postmaster reinitialises shared memory): the
 #     unflushed lease is lost and a grace begins.
 use strict;
@@ -182,6 +184,32 @@ is($node->safe_psql('postgres', "SELECT token FROM dlock_locks WHERE name = 'flu
 is($node->safe_psql('postgres', 'SELECT dlock_grace()'), '', 'flush_grants: no grace after the crash');
 like($node->safe_psql('postgres', "SELECT dlock_try('after-flushed', '12 s', 'B')"),
 	qr/^\d+$/, 'flush_grants: a fresh name is granted at once');
+
+###
+### 4b. a lease granted to a queued request writes no row: the crash grace
+###     covers it, even with dlock.flush_grants = on
+###
+my $qheld = $node->safe_psql('postgres', "SELECT dlock_try('qheld', '12 s', 'A')");
+is($node->safe_psql('postgres', "SELECT dlock_enqueue('qheld', '8 s', 'Q')"), '', 'Q queues a request on qheld');
+is($node->safe_psql('postgres', "SELECT dlock_release('qheld', 'A')"), 't', 'A releases qheld: granted to Q, away');
+# the release's commit does not wait for its flush, and Q's grant writes no
+# WAL: a write of the caller's flushes it, so the crash cannot bring A's
+# lease back (which would hold qheld past the grace)
+$node->safe_psql('postgres', 'INSERT INTO jobs VALUES (0)');
+my $qtoken = $node->safe_psql('postgres', "SELECT token FROM dlock_locks WHERE name = 'qheld' AND owner = 'Q'");
+cmp_ok($qtoken, '>', $qheld, 'Q holds qheld with a new token');
+crash(walwriter(), 0);
+is($node->safe_psql('postgres', "SELECT count(*) FROM dlock_locks WHERE name = 'qheld' AND owner = 'Q'"),
+	'0', 'after the crash: Q\'s lease is gone (it had no row)');
+is($node->safe_psql('postgres',
+		"SELECT dlock_grace() > clock_timestamp() AND dlock_grace() <= clock_timestamp() + interval '8 s'"),
+	't', 'a grace as long as its ttl began');
+is($node->safe_psql('postgres', "SELECT dlock_try('qheld', '12 s', 'C')"),
+	'', 'in the grace: C does not get qheld, which Q may think it holds');
+$node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
+cmp_ok($node->safe_psql('postgres', "SELECT dlock_try('qheld', '12 s', 'C')"), '>', $qtoken,
+	'after the grace: C is granted qheld, with a token above Q\'s');
+$node->safe_psql('postgres', "SELECT dlock_release('qheld', 'C')");
 
 ###
 ### 5. a backend crash: the postmaster reinitialises shared memory
