@@ -386,6 +386,7 @@ reserve(uint32 hash, int db, bool share)
 	uint32		n;
 	uint32		got;
 
+	Assert(LWLockHeldByMeInMode(&partition_locks[part].lock, LW_EXCLUSIVE));
 	full_in_database = false;
 	if (share && dlock_max_locks_per_database > 0)
 		limit = (uint32) dlock_max_locks_per_database;
@@ -450,6 +451,8 @@ unreserve(uint32 hash, int db)
 	DLockPartition *p = &shared->parts[hash % DLOCK_PARTITIONS];
 	uint32		spare;
 
+	Assert(LWLockHeldByMeInMode(&partition_locks[hash % DLOCK_PARTITIONS].lock,
+								LW_EXCLUSIVE));
 	p->entries--;
 	spare = pg_atomic_add_fetch_u32(&p->spare[db], 1);
 	if (spare <= 2 * CREDIT_BATCH)
