@@ -44,6 +44,12 @@
 /* leaves 2^40 tokens of room below the next timeline */
 #define TOKEN_CLOCK_MAX		((UINT64CONST(1) << TOKEN_TLI_SHIFT) - (UINT64CONST(1) << 40))
 
+/*
+ * next is the one shared line every grant must write (one cluster-wide
+ * order).  ShmemInitStruct starts each allocation on a cache line and rounds
+ * it up to whole lines, so the line holds only this struct, whose other
+ * fields a grant reads anyway and only a new block writes.
+ */
 typedef struct TokenState
 {
 	LWLock	   *lock;			/* serializes reservations and floor raises */
@@ -51,6 +57,9 @@ typedef struct TokenState
 	pg_atomic_uint64 reserved_end;	/* the file covers every token below this;
 									 * only published after fsync */
 } TokenState;
+
+StaticAssertDecl(sizeof(TokenState) <= PG_CACHE_LINE_SIZE,
+				 "the token state must fit in one cache line");
 
 static TokenState *tokens = NULL;
 
