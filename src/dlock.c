@@ -36,6 +36,7 @@ dlock_shmem_request_hook(void)
 
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
+	size = add_size(size, dlock_credits_shmem_size());
 	size = add_size(size, dlock_counters_shmem_size());
 	size = add_size(size, dlock_watch_shmem_size());
 	size = add_size(size, dlock_token_shmem_size());
@@ -59,6 +60,7 @@ dlock_shmem_startup_hook(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	locks = GetNamedLWLockTranche("dlock");
 	dlock_engine_shmem_init(locks);
+	dlock_credits_shmem_init();
 	dlock_counters_shmem_init();
 	dlock_watch_shmem_init();
 	dlock_token_shmem_init(&locks[DLOCK_PARTITIONS].lock);

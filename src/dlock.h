@@ -36,6 +36,9 @@
  *					lease ends, kept until a sender NOTIFYs them
  *	engine.c		the partitioned shared hash of leases, expiry heaps
  *	keys.c			a lease's key and its hash, owners, mode and lifetime words
+ *	credits.c		entry credits: dlock.max_locks and
+ *					dlock.max_locks_per_database counted per partition in
+ *					batches
  *	counters.c		the cumulative counters of dlock_stats
  *	watch.c			the expiry watcher: when the worker looks next, its wake-up
  *	tokens.c		fencing tokens that never go backwards

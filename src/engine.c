@@ -7,12 +7,13 @@
  * names rarely meet on one lock.  Entry count is capped by dlock.max_locks,
  * because a shared dynahash may borrow spare shared memory beyond its
  * nominal size, and each database's by dlock.max_locks_per_database: both
- * with credits a partition takes in batches (see reserve()), so that no
- * shared count is written by every entry made or removed.
+ * with credits a partition takes in batches (credits.c), so that no shared
+ * count is written by every entry made or removed.
  *
- * What it counts for dlock_stats is counters.c's, the process it wakes when
- * a partition's earliest expiry moves is watch.c's, and a lease's key and
- * its hash are keys.c's: all three below it.
+ * The entry credits are credits.c's, what it counts for dlock_stats is
+ * counters.c's, the process it wakes when a partition's earliest expiry
+ * moves is watch.c's, and a lease's key and its hash are keys.c's: all four
+ * below it.
  */
 #include "postgres.h"
 
@@ -33,30 +34,21 @@
 /*
  * A partition's own state, in cache lines of its own: grants and releases
  * in different partitions write no line in common.  Written under the
- * partition's lock, but for spare, which other partitions may take from.
+ * partition's lock.
  */
 typedef struct DLockPartition
 {
 	/* its held, unpinned leases by expiry, earliest first */
 	pairingheap heap pg_attribute_aligned(PG_CACHE_LINE_SIZE);
-	uint32		entries;		/* its entries and waiters' reservations */
-	/* entry credits taken for each database slot, not in use */
-	pg_atomic_uint32 spare[DLOCK_MAX_DATABASES];
 } DLockPartition;
 
 typedef struct DLockShared
 {
 	/*
-	 * Entry credits the partitions took, in all (at most dlock.max_locks)
-	 * and per database slot: written once per batch of credits
-	 */
-	pg_atomic_uint32 claimed;
-	pg_atomic_uint32 db_claimed[DLOCK_MAX_DATABASES];
-	/*
 	 * per database: rows that ended leases left for the sweeper, counted
 	 * since the start (wrapping), and that count as a sweep that committed
-	 * having deleted all it saw last read it; read by every new head, so
-	 * kept off the lines the credit counts write
+	 * having deleted all it saw last read it; read by every new head, so kept
+	 * off the lines the credit counts write (credits.c's)
 	 */
 	pg_atomic_uint32 db_dead_rows[DLOCK_MAX_DATABASES] pg_attribute_aligned(PG_CACHE_LINE_SIZE);
 	pg_atomic_uint32 db_dead_swept[DLOCK_MAX_DATABASES];
@@ -200,10 +192,8 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 	partition_locks = locks;
 	if (!found)
 	{
-		pg_atomic_init_u32(&shared->claimed, 0);
 		for (int i = 0; i < DLOCK_MAX_DATABASES; i++)
 		{
-			pg_atomic_init_u32(&shared->db_claimed[i], 0);
 			pg_atomic_init_u32(&shared->db_dead_rows[i], 0);
 			pg_atomic_init_u32(&shared->db_dead_swept[i], 0);
 		}
@@ -214,9 +204,6 @@ dlock_engine_shmem_init(LWLockPadded *locks)
 			part->heap.ph_compare = expiry_cmp;
 			part->heap.ph_arg = NULL;
 			part->heap.ph_root = NULL;
-			part->entries = 0;
-			for (int db = 0; db < DLOCK_MAX_DATABASES; db++)
-				pg_atomic_init_u32(&part->spare[db], 0);
 		}
 	}
 
@@ -295,174 +282,25 @@ dlock_find(const DLockKey *key, uint32 hash)
 }
 
 /*
- * Entry credits.  Every entry (a lease, a name's head, a queued waiter's
- * reservation) uses one, counted against dlock.max_locks and its database's
- * dlock.max_locks_per_database.  A partition takes credits from the shared
- * counts in batches and keeps those not in use as spare, per database, in
- * its own cache lines (the first 25 slots in its heap's): an entry made or
- * removed takes or gives back a spare one there, and the shared counts are
- * written once per batch.  Batches shrink to one near a limit, and a
- * partition keeps at most 2 * CREDIT_BATCH spare per database, giving back
- * the rest.  When a limit leaves no credit to take, a spare one is taken
- * from another partition (with a compare-and-swap, as that partition's lock
- * is not held): every credit not in use can be found, so with no other call
- * running the entry beyond a limit is refused exactly.  The entries never
- * exceed the credits taken, so the hash never outgrows its allocation.
- */
-#define CREDIT_BATCH	16
-
-/* the last reservation this backend was refused hit its database's share */
-static bool full_in_database = false;
-
-/* Credits to take at once from a count with free left: fewer near its limit */
-static uint32
-batch_size(uint32 free)
-{
-	return Max(1, Min(CREDIT_BATCH, free / (2 * DLOCK_PARTITIONS)));
-}
-
-/* Takes up to want credits from count, capped at limit; how many (0: none) */
-static uint32
-take_credits(pg_atomic_uint32 *count, uint32 limit, uint32 want)
-{
-	uint32		cur = pg_atomic_read_u32(count);
-	uint32		n;
-
-	do
-	{
-		if (cur >= limit)
-			return 0;
-		n = Min(want, batch_size(limit - cur));
-	} while (!pg_atomic_compare_exchange_u32(count, &cur, cur + n));
-	return n;
-}
-
-static void
-give_back(int db, uint32 n)
-{
-	pg_atomic_fetch_sub_u32(&shared->db_claimed[db], n);
-	pg_atomic_fetch_sub_u32(&shared->claimed, n);
-}
-
-/* Takes one spare credit of database slot db from partition part. */
-static bool
-take_spare(int part, int db)
-{
-	pg_atomic_uint32 *spare = &shared->parts[part].spare[db];
-	uint32		cur = pg_atomic_read_u32(spare);
-
-	while (cur > 0)
-	{
-		if (pg_atomic_compare_exchange_u32(spare, &cur, cur - 1))
-			return true;
-	}
-	return false;
-}
-
-/* One spare credit of db from any partition, part's first. */
-static bool
-steal(int part, int db)
-{
-	for (int i = 0; i < DLOCK_PARTITIONS; i++)
-	{
-		if (take_spare((part + i) % DLOCK_PARTITIONS, db))
-			return true;
-	}
-	return false;
-}
-
-/*
  * Counts one more entry of the database in slot db, in the partition of
- * hash, against dlock.max_locks and, with share, against
- * dlock.max_locks_per_database.  False when over.  The caller holds the
- * partition's lock exclusively.
+ * hash (credits.c).  False when over.  The caller holds the partition's lock
+ * exclusively.
  */
 static bool
 reserve(uint32 hash, int db, bool share)
 {
-	int			part = hash % DLOCK_PARTITIONS;
-	pg_atomic_uint32 *db_claimed = &shared->db_claimed[db];
-	uint32		limit = PG_UINT32_MAX;
-	uint32		n;
-	uint32		got;
-
-	Assert(LWLockHeldByMeInMode(&partition_locks[part].lock, LW_EXCLUSIVE));
-	full_in_database = false;
-	if (share && dlock_max_locks_per_database > 0)
-		limit = (uint32) dlock_max_locks_per_database;
-
-	if (limit != PG_UINT32_MAX && pg_atomic_read_u32(db_claimed) > limit)
-	{
-		/* a lowered share: credits spare anywhere go back first */
-		for (int i = 0; i < DLOCK_PARTITIONS; i++)
-		{
-			uint32		spare = pg_atomic_exchange_u32(&shared->parts[i].spare[db], 0);
-
-			if (spare > 0)
-				give_back(db, spare);
-		}
-	}
-	else if (take_spare(part, db))
-		goto counted;
-
-	n = take_credits(db_claimed, limit, CREDIT_BATCH);
-	if (n == 0)
-	{
-		/* at its share: a spare credit of the database, unless above it */
-		if (pg_atomic_read_u32(db_claimed) <= limit && steal(part, db))
-			goto counted;
-		full_in_database = true;
-		return false;
-	}
-	got = take_credits(&shared->claimed, (uint32) dlock_max_locks, n);
-	if (got < n)
-		pg_atomic_fetch_sub_u32(db_claimed, n - got);
-	if (got > 1)
-		pg_atomic_fetch_add_u32(&shared->parts[part].spare[db], got - 1);
-	if (got > 0 || steal(part, db))
-		goto counted;
-
-	/* the table is full: a spare credit of another database changes hands */
-	for (int other = 0; other < DLOCK_MAX_DATABASES; other++)
-	{
-		if (other == db || pg_atomic_read_u32(&shared->db_claimed[other]) == 0 ||
-			!steal(part, other))
-			continue;
-		if (take_credits(db_claimed, limit, 1) == 1)
-		{
-			pg_atomic_fetch_sub_u32(&shared->db_claimed[other], 1);
-			goto counted;
-		}
-		give_back(other, 1);
-		full_in_database = true;
-		return false;
-	}
-	return false;
-
-counted:
-	shared->parts[part].entries++;
-	return true;
+	Assert(LWLockHeldByMeInMode(&partition_locks[hash % DLOCK_PARTITIONS].lock,
+								LW_EXCLUSIVE));
+	return dlock_credit_take(hash % DLOCK_PARTITIONS, db, share);
 }
 
 /* Gives back the credit of an entry of database slot db, hash's partition. */
 static void
 unreserve(uint32 hash, int db)
 {
-	DLockPartition *p = &shared->parts[hash % DLOCK_PARTITIONS];
-	uint32		spare;
-
 	Assert(LWLockHeldByMeInMode(&partition_locks[hash % DLOCK_PARTITIONS].lock,
 								LW_EXCLUSIVE));
-	p->entries--;
-	spare = pg_atomic_add_fetch_u32(&p->spare[db], 1);
-	if (spare <= 2 * CREDIT_BATCH)
-		return;
-	/* keeps a batch (others may be taking some meanwhile) */
-	while (spare > CREDIT_BATCH &&
-		   !pg_atomic_compare_exchange_u32(&p->spare[db], &spare, CREDIT_BATCH))
-		;
-	if (spare > CREDIT_BATCH)
-		give_back(db, spare - CREDIT_BATCH);
+	dlock_credit_give(hash % DLOCK_PARTITIONS, db);
 }
 
 /* Counts an entry for a lease of head's name to come; false when full. */
@@ -476,16 +314,6 @@ void
 dlock_unreserve(const DLockEntry *head)
 {
 	unreserve(head->hash, head->db);
-}
-
-/*
- * Whether the last reservation this backend was refused hit its database's
- * share (dlock.max_locks_per_database) rather than the whole table.
- */
-bool
-dlock_full_in_database(void)
-{
-	return full_in_database;
 }
 
 /*
@@ -998,20 +826,4 @@ dlock_next_free_at(DLockEntry *head)
 			next = at;
 	}
 	return next;
-}
-
-/*
- * Entries in the table: leases (held, or ended and not yet reclaimed), and
- * heads of names whose own lease ended while others remain or that have
- * only waiters, and queued waiters' reservations.  Summed without the
- * partition locks: exact when no call runs.
- */
-uint32
-dlock_entry_count(void)
-{
-	uint32		n = 0;
-
-	for (int i = 0; i < DLOCK_PARTITIONS; i++)
-		n += ((volatile DLockPartition *) &shared->parts[i])->entries;
-	return n;
 }

@@ -9,9 +9,9 @@
  * Every field of an entry, and the queue hanging off a head, is protected by
  * the LWLock of the name's partition.
  *
- * Its callers also get, through this header, the three files below it that
- * it calls: a lease's keys (keys.h), the counters (counters.h) and the
- * expiry watcher (watch.h).
+ * Its callers also get, through this header, the four files below it that
+ * it calls: the entry credits (credits.h), a lease's keys (keys.h), the
+ * counters (counters.h) and the expiry watcher (watch.h).
  */
 #ifndef DLOCK_ENGINE_H
 #define DLOCK_ENGINE_H
@@ -22,6 +22,7 @@
 #include "utils/hsearch.h"
 
 #include "counters.h"
+#include "credits.h"
 #include "dlock.h"
 #include "keys.h"
 #include "watch.h"
@@ -135,8 +136,6 @@ typedef struct DLockEntry
 	DLockLeaseEvents ev;		/* events.c's */
 } DLockEntry;
 
-extern uint32 dlock_entry_count(void);
-
 extern void dlock_engine_set_db(int db);
 extern uint32 dlock_dead_rows(int db);
 extern void dlock_dead_rows_add(int db, uint32 n);
@@ -186,7 +185,6 @@ extern DLockEntry *dlock_next_lease(DLockEntry *head, dlist_mutable_iter *iter);
 
 extern bool dlock_reserve(const DLockEntry *head);
 extern void dlock_unreserve(const DLockEntry *head);
-extern bool dlock_full_in_database(void);
 extern bool dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now);
 extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 							   int pid, int64 ttl, int64 now, DLockMode mode,

@@ -1,5 +1,5 @@
 # dlock.max_locks and dlock.max_locks_per_database stay exact with the
-# entry credits the partitions take in batches and keep spare (engine.c):
+# entry credits the partitions take in batches and keep spare (credits.c):
 # clients filling a database concurrently, across all partitions, get
 # exactly its share (53400) or what is left of the table (53200), also when
 # the credits they need are spare in other partitions, spare for another
