@@ -42,8 +42,9 @@ check_owner(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-void
-dlock_settings_define(void)
+/* what a lease is: its limits, defaults and durability */
+static void
+define_lease_settings(void)
 {
 	DefineCustomIntVariable("dlock.max_locks",
 							"Maximum number of leases held or awaited at once, over all databases.",
@@ -92,6 +93,12 @@ dlock_settings_define(void)
 							0, 0, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+}
+
+/* the server's side: the worker, fencing, failover and crash, events */
+static void
+define_server_settings(void)
+{
 	DefineCustomBoolVariable("dlock.worker",
 							 "Let the background worker expire leases on time and clean expired rows.",
 							 NULL,
@@ -150,5 +157,12 @@ dlock_settings_define(void)
 							1000000, 2, 1000000000,
 							PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							NULL, NULL, NULL);
+}
+
+void
+dlock_settings_define(void)
+{
+	define_lease_settings();
+	define_server_settings();
 	MarkGUCPrefixReserved("dlock");
 }
