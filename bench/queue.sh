@@ -139,7 +139,8 @@ logfile = $TMP/pgbouncer.log
 pidfile = $TMP/pgbouncer.pid
 INI
 chmod 644 "$TMP/userlist.txt" "$TMP/pgbouncer.ini"
-"${AS_PG[@]}" "$PGBOUNCER" -q "$TMP/pgbouncer.ini" &
+# runuser's PAM session lowers the open files limit again: raise it inside
+"${AS_PG[@]}" bash -c 'ulimit -n "$1" && exec "$2" -q "$3"' pgbouncer "$(ulimit -n)" "$PGBOUNCER" "$TMP/pgbouncer.ini" &
 BOUNCER=$!
 for _ in $(seq 100); do
   "$PGBIN/psql" -X -q -h 127.0.0.1 -p $BPORT -U $ROLE -d app -c 'SELECT 1' >/dev/null 2>&1 && break
@@ -147,7 +148,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-VIA_BOUNCER="host=127.0.0.1 port=$BPORT dbname=app user=$ROLE"
+VIA_BOUNCER="host=127.0.0.1 port=$BPORT dbname=app user=$ROLE connect_timeout=60"
 DIRECT="host=$SOCK port=$PORT dbname=postgres user=$ROLE"
 ADMIN="host=$SOCK port=$PORT dbname=postgres user=postgres"
 CHECKS_FAILED=0
@@ -210,6 +211,14 @@ row() {  # label description
   row scale "queued: $CLIENTS clients × $REQUESTS on $NAMES names, via PgBouncer, poll ${POLL_MIN}..${POLL_MAX} ms"
   row cmp_queue "queued: $CMP_CLIENTS clients × $CMP_REQUESTS on $CMP_NAMES names, via PgBouncer, poll ${CMP_POLL_MIN}..${CMP_POLL_MAX} ms"
   row cmp_acquire "blocked \`dlock_acquire\`: $CMP_CLIENTS clients × $CMP_REQUESTS on $CMP_NAMES names, direct"
+  echo
+  echo "Reading it: a queued request's handoff is granted on the server in the release's commit, as a"
+  echo "blocked one's is, but its owner learns of it only at its next poll; one that has waited a while"
+  echo "polls every *cap* × 0.5 to 1.5, so its latency is about half the cap, and the waiters' polls cost"
+  echo "the server about (waiters ÷ cap) calls a second (the *polls/s* column). The cap is the knob:"
+  echo "latency against poll load. The blocked row needs a server connection per waiter (the"
+  echo "last two columns); the queued rows never had a backend of theirs in a dlock wait and never more"
+  echo "server connections than PgBouncer's pool."
   echo
   echo "pg_stat_activity was sampled every 50 ms by a separate connection: $(val scale samples samples) samples in the"
   echo "scale run, up to $(val scale samples max_queued) requests queued at once (\`dlock_stats.queued\`); the clients"
