@@ -13,7 +13,9 @@
 #   2. the comparison at QUEUE_CMP_CLIENTS threads (50), QUEUE_CMP_REQUESTS
 #      each (20) on QUEUE_CMP_NAMES names (5): the same with dlock_enqueue
 #      through PgBouncer, and with a blocked dlock_acquire over direct
-#      connections (no pooler: a blocked call holds its server connection);
+#      connections (no pooler: a blocked call holds its server connection),
+#      QUEUE_CMP_ACQUIRE_REQUESTS each (400: a run of seconds, as the
+#      queued one's);
 #   3. shared memory per queued request: pg_shmem_allocations at
 #      dlock.max_locks = 16,384 and 116,384.
 # Writes the figures to out.md.  Exit status 1 if a checker failed (the
@@ -39,6 +41,7 @@ read -r POLL_MIN POLL_MAX <<<"${QUEUE_POLL_MS:-5 500}"
 CMP_CLIENTS=${QUEUE_CMP_CLIENTS:-50}
 CMP_REQUESTS=${QUEUE_CMP_REQUESTS:-20}
 CMP_NAMES=${QUEUE_CMP_NAMES:-5}
+CMP_ACQ_REQUESTS=${QUEUE_CMP_ACQUIRE_REQUESTS:-400}
 read -r CMP_POLL_MIN CMP_POLL_MAX <<<"${QUEUE_CMP_POLL_MS:-5 100}"
 SMALL=16384
 BIG=116384
@@ -66,15 +69,19 @@ STARTED=0
 BOUNCER=
 cleanup() {
   local rc=$?
-  # PgBouncer itself (BOUNCER is runuser, which would complain of a signal)
-  if [ -n "$BOUNCER" ]; then
-    kill -TERM "$(cat "$TMP/pgbouncer.pid" 2>/dev/null || echo "$BOUNCER")" 2>/dev/null || true
-    wait "$BOUNCER" 2>/dev/null || true
-  fi
+  stop_bouncer
   stop_pg
   if [ "${QUEUE_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then log "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
+stop_bouncer() {
+  # PgBouncer itself (BOUNCER is runuser, which would complain of a signal)
+  if [ -n "$BOUNCER" ]; then
+    kill -TERM "$(cat "$TMP/pgbouncer.pid" 2>/dev/null || echo "$BOUNCER")" 2>/dev/null || true
+    wait "$BOUNCER" 2>/dev/null || true
+    BOUNCER=
+  fi
+}
 stop_pg() {
   if [ "$STARTED" = 1 ]; then
     "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
@@ -172,7 +179,9 @@ run scale -m queue -d "$VIA_BOUNCER" -S "$POOL" -c "$CLIENTS" -r "$REQUESTS" -n 
 # 2. the comparison, the same clients both ways
 run cmp_queue -m queue -d "$VIA_BOUNCER" -S "$POOL" -c "$CMP_CLIENTS" -r "$CMP_REQUESTS" \
   -n "$CMP_NAMES" -p "$CMP_POLL_MIN" -P "$CMP_POLL_MAX" -h 60 -t 300
-run cmp_acquire -m acquire -d "$DIRECT" -c "$CMP_CLIENTS" -r "$CMP_REQUESTS" -n "$CMP_NAMES" -t 300
+# (without PgBouncer's idle server connections of the role)
+stop_bouncer
+run cmp_acquire -m acquire -d "$DIRECT" -c "$CMP_CLIENTS" -r "$CMP_ACQ_REQUESTS" -n "$CMP_NAMES" -t 300
 stop_pg
 
 checks() {  # label: the checker's verdict
@@ -204,13 +213,15 @@ row() {  # label description
   echo "A *handoff* is two grants on a name with consecutive tokens where the next one's request was sent"
   echo "before the previous one's release was; its latency is from that release (being sent / having"
   echo "returned to its client) to the next owner's call that returned the token having returned. Rates are"
-  echo "over the run, from the first request sent to the last release returned."
+  echo "over the run, from the first request sent to the last release returned. The clients form a closed"
+  echo "loop (a client's next request waits for its last release), so where handoffs are slow most clients"
+  echo "sit queued on the busiest names, and the others' requests are often granted at once."
   echo
   echo "| run | seconds | grants/s | handoffs | handoffs/s | handoff ms p50 / p99, from the release sent | from its return | polls/s | server conns of the clients' role (max) | of them in a dlock wait (max) |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
   row scale "queued: $CLIENTS clients × $REQUESTS on $NAMES names, via PgBouncer, poll ${POLL_MIN}..${POLL_MAX} ms"
   row cmp_queue "queued: $CMP_CLIENTS clients × $CMP_REQUESTS on $CMP_NAMES names, via PgBouncer, poll ${CMP_POLL_MIN}..${CMP_POLL_MAX} ms"
-  row cmp_acquire "blocked \`dlock_acquire\`: $CMP_CLIENTS clients × $CMP_REQUESTS on $CMP_NAMES names, direct"
+  row cmp_acquire "blocked \`dlock_acquire\`: $CMP_CLIENTS clients × $CMP_ACQ_REQUESTS on $CMP_NAMES names, direct"
   echo
   echo "Reading it: a queued request's handoff is granted on the server in the release's commit, as a"
   echo "blocked one's is, but its owner learns of it only at its next poll; one that has waited a while"
