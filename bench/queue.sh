@@ -237,7 +237,9 @@ row() {  # label description
   echo
   echo "Checker (\`bench/queue.c\`: every request granted once, tokens growing per name in the order the"
   echo "owners learned them, each owner learning its token after the previous release was sent, FIFO"
-  echo "between requests whose calls did not overlap, no backend of the clients' role in a dlock wait and no"
+  echo "between requests whose first calls did not overlap (a request joins the queue after its first"
+  echo "call was sent and before it returned; requests whose first calls overlap have no order a client"
+  echo "can see and are not compared), no backend of the clients' role in a dlock wait and no"
   echo "more server connections than the pool, no request dropped for its hold, nothing left at the end):"
   echo
   echo "- scale run: $(checks scale) ($(val scale samples fifo_pairs) request pairs compared for FIFO)"
