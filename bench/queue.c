@@ -259,8 +259,8 @@ client(void *arg)
 		{
 			const char *p[4] = {name, ttl, owner, hold};
 			const char *sql = mode == MODE_TRY ?
-				"SELECT dlock_try($1, $2::interval, $3) WHERE $4::interval IS NOT NULL" :
-				"SELECT dlock_enqueue($1, $2::interval, $3, hold => $4::interval)";
+			"SELECT dlock_try($1, $2::interval, $3) WHERE $4::interval IS NOT NULL" :
+			"SELECT dlock_enqueue($1, $2::interval, $3, hold => $4::interval)";
 
 			if (!run(conn, sql, 4, p, tok, sizeof(tok), &isnull, &err))
 				break;
@@ -322,11 +322,11 @@ sampler(void *arg)
 {
 	PGconn	   *conn = PQconnectdb(admin_conninfo);
 	const char *sql =
-		"SELECT count(*) FILTER (WHERE usename = $1 AND backend_type = 'client backend'),"
-		" count(*) FILTER (WHERE usename = $1 AND wait_event_type = 'Extension'),"
-		" count(*) FILTER (WHERE backend_type = 'client backend'),"
-		" (SELECT queued FROM dlock_stats)"
-		" FROM pg_stat_activity";
+	"SELECT count(*) FILTER (WHERE usename = $1 AND backend_type = 'client backend'),"
+	" count(*) FILTER (WHERE usename = $1 AND wait_event_type = 'Extension'),"
+	" count(*) FILTER (WHERE backend_type = 'client backend'),"
+	" (SELECT queued FROM dlock_stats)"
+	" FROM pg_stat_activity";
 	const char *p[1] = {role};
 
 	if (PQstatus(conn) != CONNECTION_OK)
@@ -504,8 +504,8 @@ check_history(int total)
 		/*
 		 * FIFO: token(Q) < token(R) whenever Q's first call returned NULL
 		 * before R's first call was sent.  In token order, each R's token
-		 * must be above every queued Q's whose first call returned before
-		 * R's was sent: compare R with the queued requests after it.
+		 * must be above every queued Q's whose first call returned before R's
+		 * was sent: compare R with the queued requests after it.
 		 */
 		if (mode == MODE_ACQUIRE)
 			continue;
@@ -666,8 +666,12 @@ main(int argc, char **argv)
 	{
 		switch (opt)
 		{
-			case 'd': conninfo = optarg; break;
-			case 'a': admin_conninfo = optarg; break;
+			case 'd':
+				conninfo = optarg;
+				break;
+			case 'a':
+				admin_conninfo = optarg;
+				break;
 			case 'm':
 				if (strcmp(optarg, "acquire") == 0)
 					mode = MODE_ACQUIRE;
@@ -676,19 +680,44 @@ main(int argc, char **argv)
 				else if (strcmp(optarg, "queue") != 0)
 					usage(argv[0]);
 				break;
-			case 'c': nclients = atoi(optarg); break;
-			case 'r': nreqs = atoi(optarg); break;
-			case 'n': nnames = atoi(optarg); break;
-			case 'w': work_us = atoi(optarg); break;
-			case 'p': poll_min_ms = atoi(optarg); break;
-			case 'P': poll_max_ms = atoi(optarg); break;
-			case 'h': hold_s = atoi(optarg); break;
-			case 't': timeout_s = atoi(optarg); break;
-			case 'U': role = optarg; break;
-			case 'S': pool_size = atoi(optarg); break;
-			case 'C': max_connects = atoi(optarg); break;
-			case 'l': logpath = optarg; break;
-			default: usage(argv[0]);
+			case 'c':
+				nclients = atoi(optarg);
+				break;
+			case 'r':
+				nreqs = atoi(optarg);
+				break;
+			case 'n':
+				nnames = atoi(optarg);
+				break;
+			case 'w':
+				work_us = atoi(optarg);
+				break;
+			case 'p':
+				poll_min_ms = atoi(optarg);
+				break;
+			case 'P':
+				poll_max_ms = atoi(optarg);
+				break;
+			case 'h':
+				hold_s = atoi(optarg);
+				break;
+			case 't':
+				timeout_s = atoi(optarg);
+				break;
+			case 'U':
+				role = optarg;
+				break;
+			case 'S':
+				pool_size = atoi(optarg);
+				break;
+			case 'C':
+				max_connects = atoi(optarg);
+				break;
+			case 'l':
+				logpath = optarg;
+				break;
+			default:
+				usage(argv[0]);
 		}
 	}
 	if (!conninfo || !admin_conninfo || !role || nclients < 1 || nreqs < 1 ||
