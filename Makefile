@@ -53,6 +53,11 @@ demo:
 	bash tools/demo.sh
 bench:
 	bash bench/run.sh
+# queued requests at scale: 2,000 clients through PgBouncer, a checker over
+# the grants, figures into bench/QUEUE.md (bench/queue.sh; about 2 minutes)
+.PHONY: bench-queue
+bench-queue: install
+	bash bench/queue.sh
 # the regress and isolation suites under valgrind (not part of make test)
 valgrind:
 	bash test/valgrind/run.sh

@@ -95,7 +95,8 @@ SQL
 
 # start_pgbouncer "alias = dbname=postgres pool_size=2" ...
 # Without arguments, one database "app" (dbname postgres, pool of 4).
-# Every database entry points at the cluster's unix socket.
+# Every database entry points at the cluster's unix socket.  It accepts
+# $bouncer_max_client_conn client connections (default 200).
 start_pgbouncer() {
 	local db
 	bouncer_port=$(free_port)
@@ -119,7 +120,7 @@ auth_file = $tmp/userlist.txt
 admin_users = $app_user
 pool_mode = transaction
 default_pool_size = 4
-max_client_conn = 200
+max_client_conn = ${bouncer_max_client_conn:-200}
 server_round_robin = 0
 query_wait_timeout = 60
 ; the JDBC driver sends extra_float_digits at startup
