@@ -53,6 +53,7 @@ demo:
 	bash tools/demo.sh
 bench:
 	bash bench/run.sh
+	bash bench/queue.sh
 # queued requests at scale: 2,000 clients through PgBouncer, a checker over
 # the grants, figures into bench/QUEUE.md (bench/queue.sh; about 2 minutes)
 .PHONY: bench-queue
