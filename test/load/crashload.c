@@ -3,22 +3,24 @@
  *		Load client and checker for dlock's crash tests (test/tap/020_crash.pl).
  *
  * crashload run -d CONNINFO -o LOGDIR [-c CLIENTS] [-t SECONDS] [-n NAMES]
- *               [-p PREFIX] [-s SEED] [-T TTL]
+ *               [-p PREFIX] [-s SEED] [-T TTL_SECONDS]
  *
  *	Forks CLIENTS clients (default 8).  Client N uses owner "cN" on its own
  *	connection and, for a loop of at most SECONDS, calls dlock_try,
  *	dlock_acquire (short timeout), dlock_renew and dlock_release on the names
- *	PREFIX0 .. PREFIX(NAMES-1), all in autocommit, with a ttl of minutes so
- *	that nothing expires during a test.  Now and then it also runs, on a
+ *	PREFIX0 .. PREFIX(NAMES-1), all in autocommit, with a ttl of TTL seconds
+ *	(default 600: nothing expires during a test).  Now and then it also runs, on a
  *	second connection with owner "cNtx", "BEGIN; SELECT dlock_try(...)" and
  *	leaves that transaction open (the next such step rolls it back first), so
  *	that some tokens are returned by transactions that never commit.
  *
  *	Every answer of the server is appended at once (one write(2) per line,
  *	no buffering in the client) to LOGDIR/client-N.log with a sequence
- *	number, so that after the server is killed the log says exactly what
- *	each client was told:
+ *	number and the wall-clock times (microseconds since the epoch) when the
+ *	call was sent and when its answer arrived, so that after the server is
+ *	killed the log says exactly what each client was told, and when:
  *
+ *		seq sent done EVENT ..., EVENT one of:
  *		seq GRANT name token try|acquire	autocommit grant (or re-grant)
  *		seq BUSY name try|acquire			NULL: held by another owner
  *		seq RENEW name expires_epoch		autocommit renewal
@@ -35,7 +37,7 @@
  *	When a connection dies (server stopped or crashed), the client logs LOST
  *	and END and exits with status 0.
  *
- * crashload check -d CONNINFO -o LOGDIR [-m | -f]
+ * crashload check -d CONNINFO -o LOGDIR [-m | -f | -u]
  *
  *	After the restart: reads the logs (and LOGDIR/meta written by run) and
  *	the server's dlock_locks/dlock_leases, and verifies
@@ -45,19 +47,36 @@
  *		  one acknowledged and no later than its ttl from now); acknowledged
  *		  releases stay released; no lease taken in a transaction that never
  *		  committed is revived;
- *	  (b) no name has two owners: not in the clients' view at the end, not in
- *		  dlock_locks, and dlock_leases agrees with dlock_locks;
- *	  (c) a dlock_try on a fresh name returns a token above every token any
- *		  client ever saw (UNCOMMITTED ones included);
+ *	  (b) no name has two owners: not in the clients' view (no two clients'
+ *		  claims on it overlap: see Claim), not in dlock_locks, and
+ *		  dlock_leases agrees with dlock_locks;
+ *	  (c) a grant on a fresh name (once a crash grace ended) returns a token
+ *		  above every token any client ever saw (UNCOMMITTED ones included);
  *	plus what the logs alone can show: no token was handed out twice, and
  *	while the server was up every answer agreed with the client's leases
  *	(a holder's re-grant has the same token, renew/release of a held lease
- *	succeed, of an unheld one fail).
+ *	succeed, of an unheld one fail; a call sent after a lease's ttl may have
+ *	ended it may find it ended).
  *	With -m (memory-only mode, dlock.durable = off) the leases must all be
  *	gone instead of present; (b) and (c) still apply.
  *	With -f (after a failover to an asynchronous standby) leases may be
  *	missing or older than the clients' last view, but every lease present
  *	must be one its owner was granted, with that token; (b) and (c) apply.
+ *	With -u (after a crash, grants whose commits skipped the WAL flush: a
+ *	ttl within dlock.failover_grace) the same as -f.
+ *
+ * crashload grace -d CONNINFO -o LOGDIR [-G GRACE_END | -G none]
+ *
+ *	While the crash grace runs: every lease a client held at the crash that
+ *	is not in dlock_locks must end (its claim) before the grace's end (-G:
+ *	as the server log says; default dlock_grace()), and a new owner's
+ *	dlock_acquire of each name, which waits for the grace, must be answered
+ *	after every client's claim on it ended.  -G none: no grace is expected
+ *	(each name is tried once), to show the check catching two holders.
+ *
+ * crashload self-test
+ *
+ *	Doctored logs, each with the violations the checks must report.
  *	Prints the counts and every violation; exit status 0 only without any.
  */
 #include <errno.h>

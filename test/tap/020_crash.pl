@@ -67,6 +67,10 @@ my ($out, $err);
 IPC::Run::run([ 'make', '-s', '-C', "$FindBin::RealBin/../load", "O=$tmp", 'crashload' ],
 	'>', \$out, '2>', \$err)
   or BAIL_OUT("could not build crashload: $out$err");
+# the checks must catch each of a set of doctored client logs
+ok(IPC::Run::run([ $crashload, 'self-test' ], '>', \$out, '2>', \$err),
+	'crashload self-test: the checks report each doctored violation')
+  or diag("$out$err");
 
 my $node = PostgreSQL::Test::Cluster->new('crash');
 $node->init;
