@@ -14,25 +14,38 @@
 #       crash lost (its commit is not waited for), whose lease may be back
 #       whole (same owner, same token) if its client had no grant or
 #       renewal acknowledged after it;
-#   (b) no name has two owners;
+#   (b) no name has two owners, in dlock_locks nor in the clients' view: no
+#       two clients' claims on a name overlap (a claim runs from the answer
+#       of its grant until its release was sent or, as far as its client
+#       knows, its ttl ended: crash or no crash);
 #   (c) a new token is above every token any client ever saw.
 # Four checkers run at once after each restart (they race to rebuild shared
 # memory from the table and must all agree), and the leases of every earlier
 # durable round are checked again after each later crash.
-# Rounds: synchronous_commit on (immediate, kill -9, and a clean fast
-# shutdown for comparison) and off (with the WAL writer nearly idle; both
-# kinds of crash), and memory-only mode (dlock.durable = off), where the
-# leases are gone after the restart but tokens still never go backwards.
-# Last, tokens are driven across a reservation block boundary and the
-# server crashed at once: the next token is still above.
+# Rounds, all with dlock.flush_grants off (the default) unless said:
+# synchronous_commit on (immediate, kill -9, and a clean fast shutdown for
+# comparison) and off (with the WAL writer nearly idle; both kinds of
+# crash), with the clients' ttl of 10 minutes, above dlock.failover_grace
+# (5 minutes), so that every grant is flushed; then dlock.flush_grants = on
+# with a ttl of a minute, within the grace: flushed all the same, and no
+# grace after the crash.  Then unflushed grants (dlock.failover_grace 5 s,
+# the clients' ttl 4 s; immediate and kill -9): a lease may be missing
+# after the crash (its commit was not flushed), or back in an earlier state
+# of its owner's, and "crashload check -u" accepts that; then, while the
+# crash grace runs, "crashload grace" checks that it outlasts every lease
+# held at the crash that is not back, and has a new owner take every name
+# (dlock_acquire, which waits for the grace): each grant must fall in no
+# client's claim.  A round with the grace removed (pg_dlock.grace deleted
+# while the server is down, after four unflushed grants made with the WAL
+# writer stopped) shows that check fail with two holders.  Then
+# memory-only mode (dlock.durable = off), where the leases are gone after
+# the restart but tokens still never go backwards.  Last, tokens are driven
+# across a reservation block boundary and the server crashed at once: the
+# next token is still above.
 # DLOCK_CRASH_SEED repeats a run's random choices (victims, crash moments,
 # client choices); the server's timing still varies.
-# The rounds check the contract of dlock.flush_grants = on (every
-# acknowledged grant and renewal is flushed, no grace after a crash); the
-# clients' ttl of 10 minutes is above dlock.failover_grace, so it would be
-# flushed anyway, but the checkers' grants of a minute would not, and each
-# crash would then begin a grace that holds the next checkers' grants.
-# Unflushed grants and the crash grace: 038_crash_grace.
+# The checkers set dlock.flush_grants = on: their grants lengthen no grace.
+# Unflushed grants and the crash grace, deterministically: 038_crash_grace.
 use strict;
 use warnings;
 
@@ -54,6 +67,10 @@ my ($out, $err);
 IPC::Run::run([ 'make', '-s', '-C', "$FindBin::RealBin/../load", "O=$tmp", 'crashload' ],
 	'>', \$out, '2>', \$err)
   or BAIL_OUT("could not build crashload: $out$err");
+# the checks must catch each of a set of doctored client logs
+ok(IPC::Run::run([ $crashload, 'self-test' ], '>', \$out, '2>', \$err),
+	'crashload self-test: the checks report each doctored violation')
+  or diag("$out$err");
 
 my $node = PostgreSQL::Test::Cluster->new('crash');
 $node->init;
@@ -63,7 +80,6 @@ shared_preload_libraries = 'dlock'
 max_connections = 40
 restart_after_crash = on
 log_statement = none
-dlock.flush_grants = on
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
@@ -113,10 +129,35 @@ sub wait_for_load
 
 my @durable_rounds;    # rounds whose leases must live on
 
+# Appends $conf to postgresql.conf and reloads; waits until new sessions
+# (the clients') see it: the reload is asynchronous.
+sub reconfigure
+{
+	my ($conf, $settled) = @_;
+	$node->append_conf('postgresql.conf', $conf);
+	$node->reload;
+	$node->poll_query_until('postgres', $settled)
+	  or die "the new configuration never applied: $settled";
+	return;
+}
+
+# The end of the crash grace that began since $offset, as the log says it.
+sub crash_grace_end
+{
+	my ($offset) = @_;
+	my $log = slurp_file($node->logfile, $offset);
+	return $1
+	  if $log =~ /LOG:  dlock grants no new lease until (.*), the end of its grace after a crash restart/;
+	return undef;
+}
+
 # One round: load, crash, restart, check.
-#   crash  => 'immediate' (pg_ctl stop -m immediate), 'kill9' (one backend),
-#             or 'fast' (a clean shutdown, for comparison)
-#   memory => 1 for memory-only mode (dlock.durable = off in the config)
+#   crash     => 'immediate' (pg_ctl stop -m immediate), 'kill9' (one
+#                backend), or 'fast' (a clean shutdown, for comparison)
+#   memory    => 1 for memory-only mode (dlock.durable = off in the config)
+#   ttl       => the clients' ttl in seconds (default 600)
+#   unflushed => 1: the clients' grants may skip their flush; a crash then
+#                begins a grace, which "crashload grace" checks
 sub crash_round
 {
 	my (%args) = @_;
@@ -137,7 +178,8 @@ sub crash_round
 			'-t', 30,
 			'-n', 32,
 			'-p', "$name:k",
-			'-s', $seed
+			'-s', $seed,
+			'-T', $args{ttl} // 600
 		],
 		'>', \$lout, '2>', \$lerr,
 		IPC::Run::timeout(90));
@@ -177,6 +219,16 @@ sub crash_round
 			"$name: the server is back after reinitialising");
 	}
 
+	my $grace_end = crash_grace_end($offset);
+	if ($args{unflushed})
+	{
+		ok(defined $grace_end, "$name: the crash began a grace (until " . ($grace_end // '-') . ')');
+	}
+	else
+	{
+		ok(!defined $grace_end, "$name: the crash began no grace");
+	}
+
 	# The check, on a server whose shared memory starts from nothing.  Four
 	# checkers at once: they race to be the one that restores the leases
 	# from the table, and must all see the same.
@@ -186,9 +238,21 @@ sub crash_round
 		my ($cout, $cerr) = ('', '');
 		my @check = ($crashload, 'check', '-d', $node->connstr('postgres'), '-o', $dir);
 		push @check, '-m' if $args{memory};
+		push @check, '-u' if $args{unflushed};
 		my $h = IPC::Run::start(\@check, '>', \$cout, '2>', \$cerr, IPC::Run::timeout(60));
 		push @checkers, [ $h, \$cout, \$cerr ];
 	}
+	# With unflushed grants, at the same time: the grace covers every lost
+	# lease, and a new owner's grant of each name, which waits for the
+	# grace, falls in no client's claim.
+	my ($grace, $gout, $gerr) = (undef, '', '');
+	$grace = IPC::Run::start(
+		[
+			$crashload, 'grace', '-d', $node->connstr('postgres'),
+			'-o', $dir, '-G', $grace_end // 'epoch'
+		],
+		'>', \$gout, '2>', \$gerr, IPC::Run::timeout(120))
+	  if $args{unflushed};
 	my $cout;
 	for my $k (0 .. $#checkers)
 	{
@@ -219,6 +283,15 @@ sub crash_round
 	{
 		is($c{found}, 0, "$name: memory-only leases are gone after the crash");
 	}
+	elsif ($args{unflushed})
+	{
+		note "$name: held at the crash and not back (unflushed, lost): "
+		  . ($cout =~ /not back \(unflushed, lost\) (\d+)/ ? $1 : '?');
+		my $ok = eval { $grace->finish };
+		ok($ok, "$name: the grace covers the lost leases, and no name had two holders")
+		  or diag("$gout$gerr$@");
+		note $gout;
+	}
 	else
 	{
 		cmp_ok($c{matched} // 0, '>=', $c{expected} // 1,
@@ -234,7 +307,8 @@ sub crash_round
 			'>', \$pout, '2>', \$perr);
 		ok($ok, "$name: round $prev still checks out") or diag("$pout$perr");
 	}
-	push @durable_rounds, $name unless $args{memory};
+	# (leases of 10 minutes: they outlive the test)
+	push @durable_rounds, $name unless $args{memory} || $args{ttl};
 
 	my @bad = server_trouble($offset, $args{crash});
 	is(scalar(@bad), 0, "$name: no unexpected errors or crashes in the server log")
@@ -255,6 +329,86 @@ $node->reload;
 is($node->safe_psql('postgres', 'SHOW synchronous_commit'), 'off', 'synchronous_commit is off');
 crash_round(name => 'async-immediate', crash => 'immediate');
 crash_round(name => 'async-kill9', crash => 'kill9');
+
+# dlock.flush_grants = on: a ttl within dlock.failover_grace (5 minutes by
+# default) is flushed all the same, and a crash begins no grace.
+reconfigure('dlock.flush_grants = on', "SELECT current_setting('dlock.flush_grants') = 'on'");
+crash_round(name => 'flush-immediate', crash => 'immediate', ttl => 60);
+
+# The new default with grants that skip their flush: a grace of 4 s after
+# each crash, and some leases lost in it.
+reconfigure("dlock.flush_grants = off\ndlock.failover_grace = '5s'",
+	"SELECT current_setting('dlock.flush_grants') = 'off' AND current_setting('dlock.failover_grace') = '5s'");
+crash_round(name => 'unflushed-immediate', crash => 'immediate', ttl => 4, unflushed => 1);
+crash_round(name => 'unflushed-kill9', crash => 'kill9', ttl => 4, unflushed => 1);
+
+# The same check must catch two holders when the grace is missing.  With
+# the WAL writer stopped (SIGSTOP) and nothing else writing WAL, owner c1
+# is granted four leases of 20 s whose commits stay in the WAL buffers, and
+# the test writes what c1 was told as crashload's client log would; the WAL
+# writer is then killed with restart_after_crash off (the server stops),
+# and pg_dlock.grace, which recorded their ttl, is deleted while it is down,
+# so the start begins no grace.  A new owner's dlock_try of each name then
+# gets them at once, inside c1's claims: "crashload grace" must fail.
+{
+	my $name = 'nograce';
+	my $dir = "$tmp/crashload-$name";
+	my $offset = -s $node->logfile;
+	# (autovacuum off: its writes would flush the WAL)
+	reconfigure("dlock.failover_grace = '30s'\nrestart_after_crash = off\nautovacuum = off",
+		"SELECT current_setting('dlock.failover_grace') = '30s' AND NOT current_setting('restart_after_crash')::bool"
+		  . " AND NOT current_setting('autovacuum')::bool");
+	mkdir $dir;
+	PostgreSQL::Test::Utils::append_to_file("$dir/meta", "clients 1\nnames 4\nprefix $name:k\nttl 20\n");
+	# In a database of its own: where ended leases left rows not yet swept
+	# (the earlier rounds'), a grant of a new name deletes its name's rows
+	# too, and that commit is flushed.  Its first grant writes more than its
+	# row (the database's token floor), and is flushed: one before.
+	$node->safe_psql('postgres', 'CREATE DATABASE nograce');
+	$node->safe_psql('nograce',
+		"CREATE EXTENSION dlock; SELECT dlock_try('first', '1 min', 'x'), dlock_release('first', 'x')");
+	my $ww = $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+	ok($ww =~ /^\d+$/, "$name: found the WAL writer");
+	kill 'STOP', $ww;
+	my $flushed = $node->safe_psql('nograce', 'SELECT pg_current_wal_insert_lsn()');
+	my $log = '';
+	my $seq = 0;
+	for my $k (0 .. 3)
+	{
+		my $sent = int(Time::HiRes::time() * 1e6);
+		my $token = $node->safe_psql('nograce', "SELECT dlock_try('$name:k$k', '20 s', 'c1')");
+		my $done = int(Time::HiRes::time() * 1e6);
+		$seq++;
+		$log .= "$seq $sent $done GRANT $name:k$k $token try\n";
+	}
+	$seq++;
+	my $now = int(Time::HiRes::time() * 1e6);
+	$log .= "$seq $now $now END connection-lost\n";
+	PostgreSQL::Test::Utils::append_to_file("$dir/client-1.log", $log);
+	my $flush_now = $node->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()');
+	is($node->safe_psql('postgres', "SELECT '$flush_now'::pg_lsn <= '$flushed'"),
+		't', "$name: none of the four grants is flushed (flushed to $flush_now, they begin at $flushed)");
+	my $pm = $node->{_pid};
+	kill 'KILL', $ww;
+	for (my $i = 0; $i < 600 && kill(0, $pm); $i++) { usleep(100_000) }
+	ok(!kill(0, $pm), "$name: the server stopped after the WAL writer's crash");
+	$node->_update_pid(-1);
+	ok(unlink($node->data_dir . '/pg_dlock.grace'), "$name: pg_dlock.grace deleted");
+	$node->start;
+	ok(!defined crash_grace_end($offset), "$name: the start began no grace");
+	my ($gout, $gerr) = ('', '');
+	my $ok = IPC::Run::run(
+		[ $crashload, 'grace', '-d', $node->connstr('nograce'), '-o', $dir, '-G', 'none' ],
+		'>', \$gout, '2>', \$gerr, IPC::Run::timeout(60));
+	ok(!$ok, "$name: the check fails without the grace");
+	my $twice = () = $gout =~ /VIOLATION: two holders of nograce:k\d: granted after the restart/g;
+	is($twice, 4, "$name: it reports each of the four names granted to a new owner inside c1's claim")
+	  or diag("$gout$gerr");
+	note $gout;
+	reconfigure("dlock.failover_grace = '5s'\nrestart_after_crash = on\nautovacuum = on",
+		"SELECT current_setting('dlock.failover_grace') = '5s' AND current_setting('restart_after_crash')::bool");
+}
 
 # Memory-only mode: leases are lost, tokens still only go up.
 $node->append_conf('postgresql.conf', 'dlock.durable = off');
