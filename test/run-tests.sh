@@ -15,9 +15,11 @@
 #     Every suite starts its own throwaway servers; no running server is
 #     needed or touched.  TAP files run DLOCK_PROVE_JOBS at a time.  A
 #     script marked "# run-tests: concurrent" (ha-smoke: mostly waiting on
-#     Patroni) starts first, in a scratch copy of its own, and runs while
-#     the others run one after the other; its output is shown, and its
-#     result counted, when it ends (at the latest after the last version);
+#     Patroni) starts when the scripts do (after TAP, which runs two files
+#     at a time already), in a scratch copy of its own, and runs while the
+#     other scripts and the other versions run one after the other; its
+#     output is shown, and its result counted, when it ends (after the last
+#     version);
 #  4. the other PostgreSQL versions, each in a Debian root of its own
 #     (tools/root.sh; made when missing, which needs root): test/versions.sh
 #     builds and installs dlock in the root and runs regress and isolation
@@ -598,8 +600,6 @@ finish_concurrent_suites() {
 }
 
 # ---------------------------------------------------------------- suites
-start_concurrent_suites
-
 regress_tests=$(make_var REGRESS)
 if ! want regress; then
 	:
@@ -634,6 +634,7 @@ fi
 n=$(stop_scratch_servers "$scratch")
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
+start_concurrent_suites
 for script in test/suites/*.sh; do
 	[[ -f "$scratch/$script" && -x "$scratch/$script" ]] || continue
 	want "$(basename "$script" .sh)" || continue
