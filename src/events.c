@@ -39,7 +39,8 @@
  * The buffer holds EVENT_SLOTS events of all databases.  A committing
  * transaction that finds it nearly full while its database has a sender
  * waits for room at most EVENT_ROOM_WAIT ms; what does not fit then is
- * counted and sent as one "lost" event instead.  What was recorded and not
+ * counted and sent as one "lost" event instead, after the events sent with
+ * it (older than what it counts: a listener resyncs on it).  What was recorded and not
  * yet sent is lost in a crash or a restart, as is every LISTEN connection.
  *
  * Locking: the buffer under its own LWLock, taken after a partition lock,
@@ -614,8 +615,11 @@ payload(StringInfo buf, const PendingEvent *ev)
 
 /*
  * In the sender's transaction: queues the batch it took with NOTIFY, the
- * "lost" count first, then the events in seq order, and gives their slots
- * back (NOTIFY copied them).
+ * events in seq order, then the "lost" count, and gives their slots back
+ * (NOTIFY copied them).  The count comes last: what it counts found no room
+ * after the batch's events were recorded (or is an older failed batch), so
+ * a listener that re-reads dlock_locks on it reads a state at least as new
+ * as every event sent before it, the lost ones included.
  */
 void
 dlock_events_notify(void)
@@ -625,11 +629,6 @@ dlock_events_notify(void)
 	int			n = 0;
 
 	initStringInfo(&buf);
-	if (batch_lost != 0)
-	{
-		appendStringInfo(&buf, "{\"event\": \"lost\", \"count\": %u}", batch_lost);
-		Async_Notify("dlock", buf.data);
-	}
 	evs = palloc(sizeof(PendingEvent *) * Max(batch_len, 1));
 	for (int32 i = batch_head; i != EVENT_NONE; i = shared->slots[i].next)
 		evs[n++] = &shared->slots[i];
@@ -638,6 +637,12 @@ dlock_events_notify(void)
 	{
 		resetStringInfo(&buf);
 		payload(&buf, evs[i]);
+		Async_Notify("dlock", buf.data);
+	}
+	if (batch_lost != 0)
+	{
+		resetStringInfo(&buf);
+		appendStringInfo(&buf, "{\"event\": \"lost\", \"count\": %u}", batch_lost);
 		Async_Notify("dlock", buf.data);
 	}
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);

@@ -13,7 +13,13 @@
 #                  status 0 = pass (see test/suites/README); as the test
 #                  user, or as root when marked so (ha-smoke: namespaces)
 #     Every suite starts its own throwaway servers; no running server is
-#     needed or touched.
+#     needed or touched.  TAP files run DLOCK_PROVE_JOBS at a time.  A
+#     script marked "# run-tests: concurrent" (ha-smoke: mostly waiting on
+#     Patroni) starts when the scripts do (after TAP, which runs two files
+#     at a time already), in a scratch copy of its own, and runs while the
+#     other scripts and the other versions run one after the other; its
+#     output is shown, and its result counted, when it ends (after the last
+#     version);
 #  4. the other PostgreSQL versions, each in a Debian root of its own
 #     (tools/root.sh; made when missing, which needs root): test/versions.sh
 #     builds and installs dlock in the root and runs regress and isolation
@@ -37,6 +43,8 @@
 #   DLOCK_TEST_VERSIONS  the other versions, tested in their roots (default
 #                        "17 18"; empty: none)
 #   DLOCK_PROVE_TESTS    TAP files to run instead of test/tap/*.pl
+#   DLOCK_PROVE_JOBS     TAP files run at a time (default 2; 1: one by one)
+#   DLOCK_CONCURRENT=0   run the concurrent scripts one after the other too
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,38 +80,41 @@ fi
 
 # ---------------------------------------------------------------- cleanup
 
-# Processes of the test user whose working directory is inside the scratch
-# directory and whose name is one our suites start.  A postmaster and its
-# children always run with the data directory as working directory.
+# Processes of the test user whose working directory is inside directory
+# $1 (default: the whole scratch directory) and whose name is one our suites
+# start.  A postmaster and its children always run with the data directory
+# as working directory.
 scratch_procs() {
-	[[ -n "$work" && -d "$work" ]] || return 0
-	local pid cwd
+	local dir=${1:-$work} pid cwd
+	[[ -n "$dir" && -d "$dir" ]] || return 0
 	for pid in $(pgrep -u "$test_user" -x 'postgres|postmaster|pg_ctl|psql|pgbench|isolationtester|pg_regress|pg_isolation_re|pgbouncer|redis-server' 2>/dev/null); do
 		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
 		case "$cwd" in
-			"$work"|"$work"/*) echo "$pid" ;;
+			"$dir"|"$dir"/*) echo "$pid" ;;
 		esac
 	done
 }
 
-# Stops every server left under the scratch directory: an immediate
-# shutdown of each postmaster (SIGQUIT), then SIGKILL for whatever is left.
-# Prints how many processes it had to stop.
+# Stops every server left under directory $1 (default: the whole scratch
+# directory; a suite's own: its scratch copy, so that a concurrent suite's
+# servers are left alone): an immediate shutdown of each postmaster
+# (SIGQUIT), then SIGKILL for whatever is left.  Prints how many processes
+# it had to stop.
 stop_scratch_servers() {
-	[[ -n "$work" && -d "$work" ]] || { echo 0; return 0; }
-	local pids pidfile pm i n
-	pids=$(scratch_procs)
+	local dir=${1:-$work} pids pidfile pm i n
+	[[ -n "$dir" && -d "$dir" ]] || { echo 0; return 0; }
+	pids=$(scratch_procs "$dir")
 	n=$(echo "$pids" | grep -c .)
 	if [[ -n "$pids" ]]; then
 		while IFS= read -r pidfile; do
 			pm=$(head -n 1 "$pidfile" 2>/dev/null)
 			[[ "$pm" =~ ^[0-9]+$ ]] && kill -QUIT "$pm" 2>/dev/null
-		done < <(find "$work" -name postmaster.pid 2>/dev/null)
+		done < <(find "$dir" -name postmaster.pid 2>/dev/null)
 		for i in $(seq 50); do
-			[[ -z "$(scratch_procs)" ]] && break
+			[[ -z "$(scratch_procs "$dir")" ]] && break
 			sleep 0.1
 		done
-		pids=$(scratch_procs)
+		pids=$(scratch_procs "$dir")
 		[[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null
 	fi
 	echo "$n"
@@ -112,35 +123,42 @@ stop_scratch_servers() {
 # A hung test must not hang CI: each suite gets DLOCK_SUITE_TIMEOUT seconds.
 # The suite stays in our process group (so Ctrl-C reaches all of it); a
 # watchdog in the background kills its whole process tree when time is up
-# (timeout(1) would kill only make, and tee would wait on pg_regress).
+# (timeout(1) would kill only make, and tee would wait on pg_regress): every
+# process under the shell that started it (this script, or the subshell of a
+# concurrent suite) but the concurrent suites running meanwhile.
 suite_timeout=${DLOCK_SUITE_TIMEOUT:-900}
 wd_pid=""
+bg_pids=()		# the concurrent suites' subshells, while they run
 
-# Processes under $1, leaving out the subtree rooted at $2.
+# Processes under $1, leaving out the subtrees rooted at $2...
 tree_except() {
-	local p
-	for p in $(pgrep -P "$1" 2>/dev/null); do
-		[[ "$p" == "$2" ]] && continue
-		tree_except "$p" "$2"
+	local p x root=$1
+	shift
+	for p in $(pgrep -P "$root" 2>/dev/null); do
+		for x in "$@"; do
+			[[ "$p" == "$x" ]] && continue 2
+		done
+		tree_except "$p" "$@"
 		echo "$p"
 	done
 }
 
 watchdog_start() {
-	rm -f "$work/.timed_out"
+	local root=$BASHPID
+	rm -f "$work/.timed_out.$root"
 	(
 		trap 'kill $sp 2>/dev/null; exit 0' TERM
 		sleep "$suite_timeout" &
 		sp=$!
 		wait "$sp" || exit 0	# sleep killed: we are being stopped
-		touch "$work/.timed_out"
+		touch "$work/.timed_out.$root"
 		me=$BASHPID
-		kill -TERM $(tree_except $$ "$me") 2>/dev/null
+		kill -TERM $(tree_except "$root" "$me" "${bg_pids[@]}") 2>/dev/null
 		for i in $(seq 50); do
-			[[ -z "$(tree_except $$ "$me")" ]] && exit 0
+			[[ -z "$(tree_except "$root" "$me" "${bg_pids[@]}")" ]] && exit 0
 			sleep 0.1
 		done
-		kill -KILL $(tree_except $$ "$me") 2>/dev/null
+		kill -KILL $(tree_except "$root" "$me" "${bg_pids[@]}") 2>/dev/null
 	) 9>&- &
 	wd_pid=$!
 }
@@ -149,7 +167,7 @@ watchdog_start() {
 watchdog_stop() {
 	[[ -n "$wd_pid" ]] && { kill "$wd_pid" 2>/dev/null; wait "$wd_pid" 2>/dev/null; }
 	wd_pid=""
-	[[ -e "$work/.timed_out" ]]
+	[[ -e "$work/.timed_out.$BASHPID" ]]
 }
 
 descendants() {
@@ -199,6 +217,7 @@ trap 'on_signal TERM' TERM
 
 finish() {
 	local t n
+	finish_concurrent_suites
 	n=$(stop_scratch_servers)
 	((n > 0)) && echo "run-tests: stopped $n leftover server process(es) under $work"
 	hr "summary"
@@ -281,7 +300,7 @@ flock -n 9 || { work=""; scratch=""; fatal "another run-tests.sh is using $work"
 
 n=$(stop_scratch_servers)
 ((n > 0)) && echo "run-tests: stopped $n server process(es) left by an earlier run"
-rm -rf "$scratch" "$logdir" || fatal "cannot remove the old $scratch"
+rm -rf "$scratch" "$logdir" "$work/bg" || fatal "cannot remove the old $scratch"
 mkdir -p "$scratch" "$logdir"
 if ((host_suites)); then
 	copy_checkout "$top" "$scratch" || fatal "cannot copy the checkout to $scratch"
@@ -319,8 +338,15 @@ run_as_self() {
 
 
 # record <suite> <passed> <failed> <seconds> <failed names...>
+# (in a concurrent suite's subshell: into $result_file, one per line, for
+# this script to record when the suite ends)
+result_file=""
 record() {
 	local suite=$1 p=$2 f=$3 s=$4
+	if [[ -n "$result_file" ]]; then
+		printf '%s\n' "$@" >"$result_file"
+		return
+	fi
 	shift 4
 	npass=$((npass + p))
 	nfail=$((nfail + f))
@@ -398,7 +424,10 @@ run_tap_suite() {
 	current=$suite
 	t0=$(now)
 	watchdog_start
+	# the TAP files share no port (PostgreSQL::Test::Cluster reserves each
+	# one it takes) and no directory (each node's is named after its file)
 	run_as_test_user make --no-print-directory installcheck REGRESS= ISOLATION= \
+		PROVE_FLAGS="-j${DLOCK_PROVE_JOBS:-2}" \
 		${DLOCK_PROVE_TESTS:+PROVE_TESTS="$DLOCK_PROVE_TESTS"} 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
@@ -456,7 +485,7 @@ run_script_suite() {
 	rc=${PIPESTATUS[0]}
 	watchdog_stop && echo "--- $suite timed out after $suite_timeout s" && rc=124
 	s=$(secs "$t0" "$(now)")
-	n=$(stop_scratch_servers)
+	n=$(stop_scratch_servers "$scratch")
 	((n > 0)) && echo "--- $suite left $n server process(es) running; stopped them"
 	if ((rc == 0)); then
 		record "$suite" 1 0 "$s"
@@ -513,6 +542,63 @@ run_version_suites() {
 	current=""
 }
 
+# A script marked "# run-tests: concurrent" and asked for, when
+# DLOCK_CONCURRENT is not 0: true.
+is_concurrent() {
+	[[ "${DLOCK_CONCURRENT:-1}" != 0 ]] && grep -qx '# run-tests: concurrent' "$scratch/$1"
+}
+
+# Starts each concurrent script in the background, in a copy of the
+# checkout of its own ($work/bg/NAME: the cleanups after the other suites
+# stop the servers under $scratch only, and its own after it those under its
+# copy), with its console output in $logdir/NAME.console.
+declare -A seen_script=()
+bg_names=()
+start_concurrent_suites() {
+	local script name real dir
+	for script in test/suites/*.sh; do
+		[[ -f "$scratch/$script" && -x "$scratch/$script" ]] || continue
+		name=$(basename "$script" .sh)
+		want "$name" && is_concurrent "$script" || continue
+		real=$(readlink -f "$scratch/$script")
+		[[ -n "${seen_script[$real]:-}" ]] && continue
+		seen_script[$real]=1
+		dir=$work/bg/$name
+		mkdir -p "$dir" && copy_checkout "$top" "$dir" || {
+			record "suite:suites/$name.sh" 0 1 0 "cannot copy the checkout to $dir"
+			continue
+		}
+		((${#as_test_user[@]})) && chown -R "$test_user:" "$dir"
+		echo "suite:suites/$name.sh: started, runs meanwhile (output: $logdir/$name.console)"
+		(
+			scratch=$dir
+			result_file=$work/bg/$name.result
+			run_script_suite "$script"
+		) >"$logdir/$name.console" 2>&1 &
+		bg_pids+=($!)
+		bg_names+=("$name")
+	done
+}
+
+# Waits for the concurrent scripts, shows their output and records them.
+finish_concurrent_suites() {
+	local i name r
+	for i in "${!bg_pids[@]}"; do
+		name=${bg_names[$i]}
+		current="suite:suites/$name.sh (concurrent)"
+		wait "${bg_pids[$i]}"
+		cat "$logdir/$name.console"
+		r=()
+		[[ -f "$work/bg/$name.result" ]] && mapfile -t r <"$work/bg/$name.result"
+		((${#r[@]} >= 4)) || r=("suite:suites/$name.sh" 0 1 0 "no result (see $logdir/$name.console)")
+		record "${r[@]}"
+		timings[-1]+="  concurrent"
+	done
+	bg_pids=()
+	bg_names=()
+	current=""
+}
+
 # ---------------------------------------------------------------- suites
 regress_tests=$(make_var REGRESS)
 if ! want regress; then
@@ -523,7 +609,7 @@ elif [[ -n "$regress_tests" ]]; then
 else
 	echo "regress: no tests, skipped"
 fi
-n=$(stop_scratch_servers)
+n=$(stop_scratch_servers "$scratch")
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
 isolation_tests=$(make_var ISOLATION)
@@ -535,7 +621,7 @@ elif [[ -n "$isolation_tests" ]]; then
 else
 	echo "isolation: no tests, skipped"
 fi
-n=$(stop_scratch_servers)
+n=$(stop_scratch_servers "$scratch")
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
 if ! want tap; then
@@ -545,10 +631,10 @@ elif [[ -n "$(make_var TAP_TESTS)" ]] && compgen -G "$scratch/test/tap/*.pl" >/d
 else
 	echo "tap: no tests, skipped"
 fi
-n=$(stop_scratch_servers)
+n=$(stop_scratch_servers "$scratch")
 ((n > 0)) && echo "run-tests: stopped $n leftover server process(es)"
 
-declare -A seen_script=()
+start_concurrent_suites
 for script in test/suites/*.sh; do
 	[[ -f "$scratch/$script" && -x "$scratch/$script" ]] || continue
 	want "$(basename "$script" .sh)" || continue
@@ -562,4 +648,5 @@ for v in $test_versions; do
 	[[ -n "${version_suites[$v]:-}" ]] && run_version_suites "$v" ${version_suites[$v]}
 done
 
+finish_concurrent_suites
 finish

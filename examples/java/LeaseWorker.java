@@ -11,8 +11,15 @@
  * examples/README.md): the work it does is to write one row per step.
  *
  * Exit status: 0 work done and lease released; 3 lease lost (a renewal
- * returned NULL), work stopped; 4 lease lost (a fenced write was refused with
- * SQLSTATE DL001), work stopped; 5 lease not granted within --timeout; 1 error.
+ * returned NULL, or with --events-url its "forced" or "expired" event came),
+ * work stopped; 4 lease lost (a fenced write was refused with SQLSTATE
+ * DL001), work stopped; 5 lease not granted within --timeout; 1 error.
+ *
+ * With --events-url JDBC-URL (a direct session connection: LISTEN does not
+ * work through PgBouncer in transaction mode) it listens to dlock's change
+ * events and learns that its lease was forced or expired at once, not at its
+ * next renewal; the renewals and the fenced writes stay, for an event lost
+ * with its connection.
  *
  * Works directly and behind PgBouncer in transaction mode: every call passes
  * an explicit owner, and prepareThreshold=0 keeps the driver from preparing
@@ -31,6 +38,10 @@ import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.postgresql.PGConnection;
+import org.postgresql.PGNotification;
 
 public class LeaseWorker {
     static final int EXIT_DONE = 0, EXIT_RENEW_LOST = 3, EXIT_FENCED = 4, EXIT_NOT_GRANTED = 5;
@@ -74,8 +85,10 @@ public class LeaseWorker {
             return lost.getCount() == 0;
         }
 
-        void lose(String why) {
-            reason = why;
+        /** The first reason stays (an event and a renewal may both tell). */
+        synchronized void lose(String why) {
+            if (reason == null)
+                reason = why;
             lost.countDown();
         }
 
@@ -131,6 +144,60 @@ public class LeaseWorker {
         }
     }
 
+    /**
+     * Listens to change events (LISTEN dlock) on its own connection, opened
+     * before the grant; an end of the lease with this token makes the renewer
+     * report the lease lost at once.
+     */
+    static final class Events extends Thread {
+        static final Pattern EVENT = Pattern.compile("\"event\": \"(\\w+)\"");
+        // tokens are 64-bit: compared as the digits they are
+        static final Pattern TOKEN = Pattern.compile("\"token\": (\\d+)");
+        static final Pattern SEQ = Pattern.compile("\"seq\": (\\d+)");
+        final Connection conn;
+        volatile Renewer renewer;
+        volatile String token;
+        volatile boolean stopping;
+
+        Events(String url) throws SQLException {
+            conn = connect(url);
+            try (java.sql.Statement st = conn.createStatement()) {
+                st.execute("LISTEN dlock");
+            }
+            setDaemon(true);
+        }
+
+        static String group(Pattern p, String s) {
+            Matcher m = p.matcher(s);
+            return m.find() ? m.group(1) : null;
+        }
+
+        @Override
+        public void run() {
+            try {
+                PGConnection pg = conn.unwrap(PGConnection.class);
+                while (!stopping) {
+                    PGNotification[] ns = pg.getNotifications(200);
+                    if (ns == null)
+                        continue;
+                    for (PGNotification n : ns) {
+                        String ev = group(EVENT, n.getParameter());
+                        Renewer r = renewer;
+                        if (r != null && group(TOKEN, n.getParameter()) != null
+                                && group(TOKEN, n.getParameter()).equals(token)
+                                && ("forced".equals(ev) || "expired".equals(ev) || "ended".equals(ev)))
+                            r.lose("lease " + ev + " (event seq " + group(SEQ, n.getParameter()) + ")");
+                    }
+                }
+            } catch (SQLException e) {
+                if (!stopping)
+                    log("events: connection lost (" + e.getSQLState() + "); the renewals go on");
+            } finally {
+                closeQuietly(conn);
+            }
+        }
+    }
+
     static void closeQuietly(Connection c) {
         if (c == null)
             return;
@@ -149,7 +216,7 @@ public class LeaseWorker {
         }
         if (!a.containsKey("url") || !a.containsKey("name") || argv.length % 2 != 0) {
             System.err.println("usage: LeaseWorker --url JDBC-URL --name LOCK [--owner O] [--ttl S]"
-                    + " [--timeout S] [--steps N] [--step-time S]");
+                    + " [--timeout S] [--steps N] [--step-time S] [--events-url JDBC-URL]");
             System.exit(2);
         }
         String url = a.get("url"), name = a.get("name");
@@ -159,16 +226,21 @@ public class LeaseWorker {
         long stepMillis = (long) (Double.parseDouble(a.getOrDefault("step-time", "1")) * 1000);
         String owner = a.getOrDefault("owner", InetAddress.getLocalHost().getHostName() + ":"
                 + ProcessHandle.current().pid() + ":" + UUID.randomUUID());
-        System.exit(run(url, name, owner, ttl, timeout, steps, stepMillis));
+        System.exit(run(url, name, owner, ttl, timeout, steps, stepMillis, a.get("events-url")));
     }
 
     static int run(String url, String name, String owner, double ttl, double timeout,
-                   int steps, long stepMillis) throws Exception {
+                   int steps, long stepMillis, String eventsUrl) throws Exception {
+        // listening before the grant: none of the lease's events is missed
+        Events events = eventsUrl == null ? null : new Events(eventsUrl);
         try (Connection conn = connect(url)) {
             long sent = System.nanoTime();
             Long token;
+            // with events, the grant asks for them (SET LOCAL's effect, in the
+            // statement itself: fine behind PgBouncer too)
             try (PreparedStatement st = conn.prepareStatement(
-                    "SELECT dlock_acquire(?, make_interval(secs => ?), make_interval(secs => ?), ?)")) {
+                    "SELECT dlock_acquire(?, make_interval(secs => ?), make_interval(secs => ?), ?)"
+                    + (events == null ? "" : " FROM set_config('dlock.events', 'on', true)"))) {
                 st.setString(1, name);
                 st.setDouble(2, ttl);
                 st.setDouble(3, timeout);
@@ -186,6 +258,11 @@ public class LeaseWorker {
 
             Renewer renewer = new Renewer(url, name, ttl, owner, sent);
             renewer.start();
+            if (events != null) {
+                events.token = token.toString();
+                events.renewer = renewer;
+                events.start();
+            }
             int status = EXIT_DONE;
             try {
                 for (int step = 1; step <= steps; step++) {
@@ -210,6 +287,10 @@ public class LeaseWorker {
             } finally {
                 renewer.stopping.countDown();
                 renewer.join();
+                if (events != null) {
+                    events.stopping = true;
+                    events.join();
+                }
                 // Harmless if the lease is gone: it never releases another's lease.
                 try (PreparedStatement st = conn.prepareStatement("SELECT dlock_release(?, ?, ?)")) {
                     st.setString(1, name);

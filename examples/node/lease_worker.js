@@ -10,8 +10,15 @@
 // examples/README.md): the work it does is to write one row per step.
 //
 // Exit status: 0 work done and lease released; 3 lease lost (a renewal
-// returned NULL), work stopped; 4 lease lost (a fenced write was refused with
-// SQLSTATE DL001), work stopped; 5 lease not granted within --timeout; 1 error.
+// returned NULL, or with --events-url its "forced" or "expired" event came),
+// work stopped; 4 lease lost (a fenced write was refused with SQLSTATE
+// DL001), work stopped; 5 lease not granted within --timeout; 1 error.
+//
+// With --events-url URL (a direct session connection: LISTEN does not work
+// through PgBouncer in transaction mode) it listens to dlock's change events
+// and learns that its lease was forced or expired at once, not at its next
+// renewal; the renewals and the fenced writes stay, for an event lost with
+// its connection.
 //
 // Works directly and behind PgBouncer in transaction mode: every call passes
 // an explicit owner, and pg only prepares statements on the server when a
@@ -50,7 +57,7 @@ class Renewer {
   }
 
   lose(reason) {
-    this.reason = reason;
+    if (this.reason === null) this.reason = reason; // an event and a renewal may both tell
     this.setLost(reason);
   }
 
@@ -107,6 +114,27 @@ class Renewer {
   }
 }
 
+// Listens to change events (LISTEN dlock) on its own connection, opened
+// before the grant; an end of the lease with `token` makes `renewer` report
+// the lease lost at once.
+async function listenEvents(url) {
+  const ev = await connect(url);
+  await ev.query('LISTEN dlock');
+  ev.watch = (token, renewer) => {
+    ev.on('notification', (n) => {
+      if (n.channel !== 'dlock') return;
+      const e = JSON.parse(n.payload);
+      // tokens are 64-bit: compared as the digits they are, not as a Number
+      const tok = /"token": (\d+)/.exec(n.payload);
+      if (tok && tok[1] === token && ['forced', 'expired', 'ended'].includes(e.event)) {
+        renewer.lose(`lease ${e.event} (event seq ${/"seq": (\d+)/.exec(n.payload)[1]})`);
+      }
+    });
+    ev.on('end', () => log('events: connection lost; the renewals go on'));
+  };
+  return ev;
+}
+
 // The fence and the write commit together, or not at all.
 async function fencedWrite(conn, name, token, step, owner) {
   await conn.query('BEGIN');
@@ -132,11 +160,12 @@ async function main() {
       timeout: { type: 'string', default: '30' },
       steps: { type: 'string', default: '5' },
       'step-time': { type: 'string', default: '1' },
+      'events-url': { type: 'string' },
     },
   });
   if (!a.url || !a.name) {
     console.error('usage: lease_worker.js --url URL --name LOCK [--owner O] [--ttl S]' +
-      ' [--timeout S] [--steps N] [--step-time S]');
+      ' [--timeout S] [--steps N] [--step-time S] [--events-url URL]');
     return 2;
   }
   const ttl = Number(a.ttl), timeout = Number(a.timeout), steps = Number(a.steps);
@@ -144,12 +173,17 @@ async function main() {
   const owner = a.owner || `${os.hostname()}:${process.pid}:${crypto.randomUUID()}`;
   const name = a.name;
 
+  // listening before the grant: none of the lease's events is missed
+  const events = a['events-url'] ? await listenEvents(a['events-url']) : null;
   const conn = await connect(a.url);
   try {
     const sent = performance.now();
     // bigint comes back as a string: keep the token as it is, never a Number.
+    // With events, the grant asks for them (SET LOCAL's effect, in the
+    // statement itself: fine behind PgBouncer too).
     const r = await conn.query(
-      'SELECT dlock_acquire($1, make_interval(secs => $2), make_interval(secs => $3), $4) AS token',
+      'SELECT dlock_acquire($1, make_interval(secs => $2), make_interval(secs => $3), $4) AS token' +
+      (events ? " FROM set_config('dlock.events', 'on', true)" : ''),
       [name, ttl, timeout, owner]);
     const token = r.rows[0].token;
     if (token === null) {
@@ -159,6 +193,7 @@ async function main() {
     log(`acquired ${name} token=${token} owner=${owner}`);
 
     const renewer = new Renewer(a.url, name, ttl, owner, sent);
+    if (events) events.watch(token, renewer);
     let status = EXIT_DONE;
     try {
       for (let step = 1; step <= steps; step++) {
@@ -194,6 +229,10 @@ async function main() {
     return status;
   } finally {
     await conn.end();
+    if (events) {
+      events.removeAllListeners('end');
+      await events.end().catch(() => {});
+    }
   }
 }
 

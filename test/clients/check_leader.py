@@ -186,13 +186,13 @@ def main():
         time.sleep(1.0)
 
         print("== SIGTERM to all", flush=True)
-        for i, e in enumerate(insts):
-            if e.proc.poll() is None:
-                e.proc.send_signal(signal.SIGTERM)
-        for i, e in enumerate(insts):
-            if i == killed:
-                continue
-            rc = e.wait(10)
+        # the followers first, then the leader: a follower stopped after it
+        # could take over and end before its first write
+        order = [i for i in range(len(insts)) if i not in (killed, L)] + \
+            ([L] if L is not None else [])
+        for i in order:
+            insts[i].proc.send_signal(signal.SIGTERM)
+            rc = insts[i].wait(10)
             check(rc == 0, f"instance {i} exited 0 (rc {rc})")
 
         print("== change events: an observer follows the leader without polling;"
@@ -234,9 +234,17 @@ def main():
         got = [x for x in lines[1:4]]
         check(len(got) == 3 and all(g.startswith(w) for g, w in zip(got, want)),
               f"the observer's lines, in order: {got}")
-        for e in ev + [obs]:
+        # Every term writes before it ends: the leader writes once before
+        # it is stopped, and it is stopped last, so that no follower takes
+        # over after it (a term that would end before writing).
+        for _ in range(100):
+            if m2 is None or str(state()[1]) == m2.group(1):
+                break
+            time.sleep(0.05)
+        check(m2 is not None and str(state()[1]) == m2.group(1),
+              f"events-{other} writes with its token")
+        for e in [ev[first], obs, ev[other]]:
             e.proc.send_signal(signal.SIGTERM)
-        for e in ev + [obs]:
             rc = e.wait(10)
             check(rc == 0, f"{e.label} exited 0 (rc {rc})")
     finally:

@@ -14,6 +14,10 @@ checks what it demonstrates:
             writes every 0.2 s and renews only every 10 s: its next write
             with the stale token fails with DL001 and is not committed, it
             stops (exit 4), and its release leaves the new holder alone.
+  event     (java, node: --events-url, a direct connection for LISTEN) the
+            lease is broken while the worker renews every 10 s and is in a
+            6 s step: its "forced" event stops it at once (exit 3), before
+            any renewal could tell, without writing.
 
 Exit status 0 when every check holds; prints each failed check.
 Used by test/suites/client-{python,java,node}.sh.
@@ -48,6 +52,13 @@ def main():
     ap.add_argument("--node-dir", help="directory with lease_worker.js and"
                     " node_modules (default: examples/node)")
     a = ap.parse_args()
+
+    def events_url():
+        """The example's --events-url: a direct session connection."""
+        if a.lang == "java":
+            return (f"jdbc:postgresql://{a.host}:{a.pg_port}/postgres"
+                    f"?user={a.user}&password={a.password}")
+        return f"postgresql://{a.user}:{a.password}@{a.host}:{a.pg_port}/postgres"
 
     def example_argv(port, db):
         if a.lang == "python":
@@ -217,6 +228,36 @@ def main():
                   "the new holder releases it")
         no_leftovers(name)
 
+    def forced_event(target, via):
+        name = f"{a.lang}-{via}-event"
+        print(f"== {a.lang} via {via}: the lease is broken mid-step; the worker"
+              " learns it from its \"forced\" event, before any renewal", flush=True)
+        oe = f"{a.lang}-E-{uuid.uuid4()}"
+        E = run(target, "E", name, oe, "--ttl", 30, "--steps", 10,
+                "--step-time", 6, "--timeout", 10, "--events-url", events_url())
+        m = E.wait_line(r"acquired \S+ token=(\d+)", 20)
+        check(m is not None, "E acquired the lease")
+        if m is None:
+            E.wait(30)
+            return
+        te = int(m.group(1))
+        broke = time.monotonic()
+        check(q("SELECT dlock_force_release(%s)", name)[0][0] is True,
+              "dlock_force_release broke E's lease")
+        rc = E.wait(20)
+        took = time.monotonic() - broke
+        check(rc == 3, f"E exited 3, lease lost (got {rc})")
+        check(E.count(r"^lease lost: lease forced \(event seq \d+\); stopping work$") == 1,
+              "E learned it from its forced event")
+        check(E.count(r"^renewed until ") == 0, "E had not renewed (its first renewal"
+              " was due 10 s after the grant)")
+        check(E.count(r"^step \d+ written") == 0 and
+              q("SELECT count(*) FROM job_progress WHERE token = %s", te)[0][0] == 0,
+              f"E wrote nothing: it stopped within its first 6 s step ({took:.1f} s"
+              " after the break)")
+        check(E.count(r"^released=false$") == 1, "E's release returned false")
+        no_leftovers(name)
+
     direct = (a.pg_port, "postgres")
     bouncer = (a.bouncer_port, a.bouncer_db)
     t0 = time.monotonic()
@@ -224,6 +265,8 @@ def main():
     contend(bouncer, "pgbouncer")
     renewnull(bouncer, "pgbouncer")
     fenced(bouncer, "pgbouncer")
+    if a.lang in ("java", "node"):
+        forced_event(bouncer, "pgbouncer")
     check(q("SELECT count(*) FROM dlock_locks")[0][0] == 0
           and q("SELECT count(*) FROM dlock_waiters")[0][0] == 0,
           "dlock_locks and dlock_waiters are empty at the end")

@@ -10,8 +10,13 @@
 # It makes network namespaces, so it needs root (PostgreSQL and Patroni still
 # run as postgres); run-tests.sh runs it as root because of this line:
 # run-tests: as root
+# It spends most of its time waiting (Patroni's failure detection, the
+# graces), so run-tests.sh starts it with the first script, in a scratch copy
+# of its own (test/tmp/bg/ha-smoke), and runs the other scripts and the other
+# versions meanwhile:
+# run-tests: concurrent
 # Its files (events.log, each member's patroni.log and data directory, the
-# clients' histories) are in test/tmp/ha of the scratch copy.
+# clients' histories) are in test/tmp/ha of that copy.
 set -uo pipefail
 
 top=${DLOCK_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
