@@ -62,7 +62,7 @@ static SPIPlanPtr plan_hold_delete = NULL;
 static void promise_commit(int64 lasts);
 static void note_row_wal(XLogRecPtr before, bool own);
 static bool table_plain(void);
-static void insert_spi(const DLockRow *row, Datum *args);
+static uint64 insert_spi(const DLockRow *row, Datum *args);
 
 static Datum
 ttl_datum(int64 ttl)
@@ -384,8 +384,6 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 	args[7] = Int32GetDatum(row->permits);
 	args[8] = Int64GetDatum(row->version);
 	args[9] = ttl_datum(row->ttl);
-	/* a takeover's deletions are flushed: see dlock_store_clear_rows */
-	promise_commit(row->takeover ? -1 : row->ttl);
 	if (!row->takeover)
 	{
 		/* in the table's column order */
@@ -396,18 +394,26 @@ dlock_store_insert(const DLockKey *key, const DLockRow *row)
 		nulls[LEASE_NATTS - 1] = (row->permits == 0);
 		direct = insert_direct(values, nulls);
 	}
-	if (!direct)
-		insert_spi(row, args);
+	/* a takeover's deletions are flushed: see dlock_store_clear_rows */
+	if (!direct && insert_spi(row, args) > 0)
+		promise_commit(-1);
+	else
+		promise_commit(row->ttl);
 	if (row->min_hold != 0)
 		hold_write(HOLD_INSERT, key, row->token, row->min_hold, 0);
 	note_row_wal(wal_before, row->min_hold == 0 && (direct || table_plain()));
 }
 
-/* dlock_store_insert's row through SPI (a takeover, or a changed table) */
-static void
+/*
+ * dlock_store_insert's row through SPI (a takeover, or a changed table).
+ * Returns how many rows of ended leases a takeover deleted.
+ */
+static uint64
 insert_spi(const DLockRow *row, Datum *args)
 {
 	AsOwner		saved;
+	uint64		deleted = 0;
+	int			expected = row->takeover ? SPI_OK_INSERT_RETURNING : SPI_OK_INSERT;
 
 	dlock_table_spi_begin(&saved, true, false);
 	if (plan_write == NULL)
@@ -424,14 +430,23 @@ insert_spi(const DLockRow *row, Datum *args)
 													 "SELECT ctid FROM %%1$s"
 													 " WHERE name OPERATOR(pg_catalog.=) $1"
 													 " AND token OPERATOR(pg_catalog.<) $4"
-													 " FOR UPDATE SKIP LOCKED)))%s", insert),
+													 " FOR UPDATE SKIP LOCKED)) RETURNING 1)%s"
+													 " RETURNING (SELECT pg_catalog.count(*) FROM older)", insert),
 							10, types);
 	}
 	if (execute(row->takeover ? plan_takeover : plan_write, args,
-				row->permits == 0 ? "       n  " : NULL, 0) != SPI_OK_INSERT ||
+				row->permits == 0 ? "       n  " : NULL, 0) != expected ||
 		SPI_processed != 1)
 		elog(ERROR, "could not write a dlock lease row");
+	if (row->takeover)
+	{
+		bool		isnull;
+
+		deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull));
+	}
 	dlock_table_spi_end(&saved);
+	return deleted;
 }
 
 /*

@@ -25,6 +25,9 @@
 #     in a crash: the crash grace covers it, even with flush_grants = on.
 #  5. A backend crash (the postmaster reinitialises shared memory): the
 #     unflushed lease is lost and a grace begins.
+#  6. Rows of ended leases left to sweep: a grant of another name deletes
+#     none of them and skips the flush; one of their name deletes them and
+#     is flushed.
 use strict;
 use warnings;
 
@@ -230,6 +233,38 @@ ok($node->log_contains(qr/dlock grants no new lease until .*, the end of its gra
 	'the log shows a grace after the crash');
 is($node->safe_psql('postgres', "SELECT dlock_try('reinit', '12 s', 'B')"),
 	'', 'in the grace: B does not get the lost name');
+
+###
+### 6. rows of ended leases left to sweep: a grant of another name deletes
+###    none and skips the flush; a grant of their name deletes them, flushed
+###
+$node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
+$node->append_conf('postgresql.conf', 'dlock.worker = off');
+$node->restart;
+$node->safe_psql('postgres', "SELECT dlock_try('ended', '1 s', 'A')");
+my $ends = $node->safe_psql('postgres', "SELECT expires_at FROM dlock_locks WHERE name = 'ended'");
+# (the rebuild restores a row that expired less than a second before the
+# server was last known to run: wait longer)
+$node->poll_query_until('postgres', "SELECT clock_timestamp() > timestamptz '$ends' + interval '2 s'")
+  or die;
+# clean: the rebuild finds its row ended, left for a sweep (no worker)
+$node->restart;
+$node->safe_psql('postgres', "SELECT dlock_try('warm', '12 s', 'B')");
+is($node->safe_psql('postgres', "SELECT count(*) FROM dlock_leases WHERE name = 'ended'"),
+	'1', 'the ended lease\'s row is left to sweep');
+$ww = walwriter();
+kill 'STOP', $ww;
+$before = lsn('pg_current_wal_insert_lsn');
+like($node->safe_psql('postgres', "SELECT dlock_try('another', '12 s', 'B')"),
+	qr/^\d+$/, 'B is granted another name');
+is(flushed_at_most($before), 't', '... which deletes no row: its commit is not flushed');
+$before = lsn('pg_current_wal_insert_lsn');
+like($node->safe_psql('postgres', "SELECT dlock_try('ended', '12 s', 'B')"),
+	qr/^\d+$/, 'B is granted the ended lease\'s name');
+is($node->safe_psql('postgres', "SELECT count(*) FROM dlock_leases WHERE name = 'ended' AND owner = 'A'"),
+	'0', '... deleting its row');
+is(flushed_at_most($before), 'f', '... and its commit is flushed');
+kill 'CONT', $ww;
 
 ok(!$node->log_contains(qr/PANIC|TRAP/), 'no PANIC or assertion failure in the log');
 $node->stop;
