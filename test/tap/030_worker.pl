@@ -119,6 +119,19 @@ my $gap = $node->safe_psql('postgres', qq{
 	SELECT extract(epoch FROM clock_timestamp() - expiry) * 1000 FROM t;});
 my ($gap_ms) = (split /\n/, $gap)[-1];
 cmp_ok($gap_ms, '>=', 650, "lock-delay: waiter granted only after expiry + delay ($gap_ms ms)");
+# a queued request (dlock_enqueue, no backend) follows the same rule
+my ($exp3) = (split /\n/, $node->safe_psql('postgres', qq{
+	SELECT dlock_try('delayed3', '100 ms', 'a') IS NOT NULL;
+	SELECT dlock_enqueue('delayed3', '1 min', 'q') IS NULL;
+	SELECT expires_at FROM dlock_locks WHERE name = 'delayed3';}))[-1];
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM dlock_locks WHERE name = 'delayed3' AND owner = 'q'"),
+	'lock-delay: the queued request is granted while its owner is away');
+my $qgap_ms = $node->safe_psql('postgres', qq{
+	SELECT extract(epoch FROM granted_at - timestamptz '$exp3') * 1000
+	FROM dlock_locks WHERE name = 'delayed3'});
+cmp_ok($qgap_ms, '>=', 650, "lock-delay: a queued request granted only after expiry + delay ($qgap_ms ms)");
+$node->safe_psql('postgres', q{SELECT dlock_release('delayed3', 'q')});
 is($node->safe_psql('postgres', qq{
 	SELECT dlock_try('released', '1 min', 'a') IS NOT NULL;
 	SELECT dlock_release('released', 'a');

@@ -1,7 +1,8 @@
 # dlock.max_locks_per_database: a database over its share of the lease table
 # gets SQLSTATE 53400 with a hint naming the setting, while other databases
 # keep working; a full dlock.max_locks still gives 53200.  Queued waiters'
-# reservations count against their database's share, the setting follows a
+# reservations and queued requests (dlock_enqueue) count against their
+# database's share, the setting follows a
 # reload, and the rebuild after a restart restores leases past a share
 # lowered meanwhile.
 use strict;
@@ -119,6 +120,23 @@ like($reader->query_safe('SELECT 1'), qr/^t$/m, 'the writer leaves: the reader i
 like(fill('b', 'd', 2), qr/^1 53400: /,
 	'granted in the name\'s entry, the reader gave its reservation back: one entry is free');
 $reader->quit;
+
+# --- a queued request (dlock_enqueue) counts against its database's share
+# as a blocked waiter does, and gives its entry back when it leaves
+$node->safe_psql('b', q{SELECT dlock_release('d1', 'filler')});
+is(held('b'), '49', 'b holds 49 entries of its 50');
+$node->safe_psql('b', q{SELECT dlock_try('q', '1 hour', 'holder')});
+my ($ret, $out, $qerr) = $node->psql('b', q{\set VERBOSITY verbose
+SELECT dlock_enqueue('q', '1 hour', 'queued-1')});
+like($qerr, qr/ERROR:  53400: dlock lease table is full for database "b"/,
+	'a queued request beyond the share is refused with 53400');
+$node->safe_psql('b', q{SELECT dlock_release('c1', 'filler')});
+is($node->safe_psql('b', q{SELECT dlock_enqueue('q', '1 hour', 'queued-1')}), '',
+	'with one entry free, the request is queued (NULL)');
+like(fill('b', 'e', 1), qr/^0 53400: .*"b"/, 'the queued request took the 50th entry of b');
+is($node->safe_psql('b', q{SELECT dlock_dequeue('q', 'queued-1')}), 't', 'it leaves the queue');
+is(fill('b', 'e', 1), '1 ok', 'and its entry is free again');
+$node->safe_psql('b', q{SELECT dlock_release('q', 'holder'); SELECT dlock_release('e1', 'filler')});
 
 # --- the rebuild after a restart is not held to a share lowered meanwhile
 set_share(0);
