@@ -46,6 +46,10 @@ typedef struct QueuedPool
 	slock_t		mutex;			/* the free list */
 	dlist_head	free;
 	pg_atomic_uint32 count;		/* slots in use */
+	pg_atomic_uint32 used;		/* slots ever handed out: the free list is
+								 * LIFO over slots in index order, so those
+								 * are the first ones, as many as were ever
+								 * in use at once */
 } QueuedPool;
 
 static QueuedPool *pool = NULL;
@@ -82,15 +86,20 @@ dlock_wait_shmem_init(void)
 	SpinLockInit(&pool->mutex);
 	dlist_init(&pool->free);
 	pg_atomic_init_u32(&pool->count, 0);
+	pg_atomic_init_u32(&pool->used, 0);
 	for (int i = 0; i < dlock_max_locks; i++)
 		dlist_push_tail(&pool->free, &slots[MaxBackends + i].node);
 }
 
-/* every slot: the backends' first (MaxBackends), then the pool's */
+/*
+ * Every slot that may be in use: the backends' first (MaxBackends), then
+ * the pool's that were ever handed out (not every dlock.max_locks one: the
+ * worker and the views walk these)
+ */
 DLockWaiter *
 dlock_waiter_slots(int *count)
 {
-	*count = MaxBackends + dlock_max_locks;
+	*count = MaxBackends + (int) pg_atomic_read_u32(&pool->used);
 	return slots;
 }
 
@@ -107,7 +116,14 @@ dlock_queued_new(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 
 	SpinLockAcquire(&pool->mutex);
 	if (!dlist_is_empty(&pool->free))
+	{
+		uint32		index;
+
 		w = dlist_container(DLockWaiter, node, dlist_pop_head_node(&pool->free));
+		index = (uint32) (w - slots - MaxBackends);
+		if (index >= pg_atomic_read_u32(&pool->used))
+			pg_atomic_write_u32(&pool->used, index + 1);
+	}
 	SpinLockRelease(&pool->mutex);
 	if (w == NULL)
 		return NULL;
