@@ -66,6 +66,7 @@ UNCONTENDED=(
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
   "dlock_mem|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
   "dlock_mem_events|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off -c dlock.events=on|as dlock_mem, with change events (dlock.events = on: a NOTIFY at each commit)"
+  "dlock_mem_events_listened|pgbench|dlock.sql|setup_listener|-c dlock.durable=off -c dlock.events=on|as dlock_mem_events, with a listener receiving every event: \`dlock watch\` (LISTEN dlock) on a connection of its own, on the same cores"
   "notify_mem|pgbench|notify_mem.sql|setup_dlock|-c dlock.durable=off|as dlock_mem (events off) plus a plain pg_notify in each of its two transactions: NOTIFY's own cost"
   "pg_floor|pgbench|floor.sql|-|-|SELECT \$1 twice: no lock at all, the ceiling of any two-statement cycle in PostgreSQL"
   "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
@@ -99,6 +100,7 @@ GOALS=(
   "dlock_session|dlock_mem|0.95|a session lease at memory mode's speed"
   "dlock_xact|dlock_mem|-|a transaction lease against memory mode (3 round trips against 2: no target)"
   "dlock_mem_events|dlock_mem|0.90|events on against off, memory-only cycles (at most 10 % slower)"
+  "dlock_mem_events_listened|dlock_mem|-|events on against off, memory-only cycles, a listener receiving every event"
   "dlock_durable_events|dlock_durable|-|events on against off, durable cycles"
   "dlock_mem_events|notify_mem|-|events against one plain pg_notify per transaction"
 )
@@ -249,6 +251,32 @@ SQL
 # away, as the lease table is rebuilt, so no run inherits another's bloat.
 setup_dlock() {
   PSQL -c "SELECT dlock_sweep()" -c "VACUUM ANALYZE dlock_leases" >/dev/null
+}
+# A listener for the run: `dlock watch` (the project's command: LISTEN
+# dlock, a line per event) on a connection of its own, listening before the
+# run starts; run_one stops it and checks that it got every event.
+LISTENER_PID=""
+setup_listener() {
+  setup_dlock
+  PGHOST=127.0.0.1 PGPORT=$PGPORT PGUSER=postgres PGDATABASE=postgres \
+    "$SRC/cli/dlock" watch >"$TMP/logs/listener.out" 2>&1 &
+  LISTENER_PID=$!
+  for _ in $(seq 50); do
+    [ "$(PSQL -c "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN dlock'")" = 1 ] && return
+    sleep 0.1
+  done
+  die "dlock watch is not listening: $(cat "$TMP/logs/listener.out")"
+}
+# Stops the listener once it has received $1 events (5 s at most); sets
+# HEARD to how many it got.
+stop_listener() {
+  for _ in $(seq 50); do
+    HEARD=$(wc -l <"$TMP/logs/listener.out")
+    [ "$HEARD" -ge "$1" ] && break
+    sleep 0.1
+  done
+  kill "$LISTENER_PID" 2>/dev/null; wait "$LISTENER_PID" 2>/dev/null || true
+  LISTENER_PID=""
 }
 
 # ---------------------------------------------------------------------------
@@ -404,7 +432,7 @@ run_one() {
       -f "$HERE/scripts/$arg" postgres >"$outf" 2>"$errf" || rc=$?
     # until the pgbench backends are gone: they flush their statistics on exit
     for _ in $(seq 50); do
-      [ "$(PSQL -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")" = 0 ] && break
+      [ "$(PSQL -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND query <> 'LISTEN dlock'")" = 0 ] && break
       sleep 0.1
     done
     snapshot
@@ -429,6 +457,12 @@ run_one() {
     if [ -n "$tok0" ]; then
       tok1=$(dlock_grants)
       record "$section" "$name" "$c" "$rep" dlock_grants "$((tok1 - tok0))"
+      if [ -n "$LISTENER_PID" ]; then
+        # a grant and a release per cycle, each an event
+        stop_listener "$((2 * (tok1 - tok0)))"
+        record "$section" "$name" "$c" "$rep" events_heard "$HEARD"
+        [ "$HEARD" = "$((2 * (tok1 - tok0)))" ] || issue "$name c=$c rep=$rep: the listener got $HEARD events for $((tok1 - tok0)) grants and their releases"
+      fi
       local left
       left=$(PSQL -c "SELECT count(*) FROM dlock_locks")
       [ "$left" = 0 ] || issue "$name c=$c rep=$rep: $left leases left in dlock_locks after the run"
@@ -487,6 +521,7 @@ for spec in "${UNCONTENDED[@]}" "${HOT[@]}"; do
   "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" -U postgres -M prepared -c 2 -j 2 -t 20 \
     -f "$HERE/scripts/$(field "$spec" 3)" postgres >"$TMP/logs/smoke.out" 2>&1 ||
     { cat "$TMP/logs/smoke.out" >&2; die "smoke test of $(field "$spec" 1) failed"; }
+  [ -z "$LISTENER_PID" ] || stop_listener 0
 done
 PSQL -c "SELECT pg_advisory_unlock_all()" >/dev/null
 

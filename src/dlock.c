@@ -15,6 +15,7 @@
 #include "events.h"
 #include "grace.h"
 #include "lifetime.h"
+#include "listen.h"
 #include "settings.h"
 #include "store.h"
 #include "tokens.h"
@@ -45,6 +46,7 @@ dlock_shmem_request_hook(void)
 	size = add_size(size, dlock_grace_shmem_size());
 	size = add_size(size, dlock_events_shmem_size());
 	size = add_size(size, dlock_lifetime_shmem_size());
+	size = add_size(size, dlock_listen_shmem_size());
 	RequestAddinShmemSpace(size);
 	/* the partition locks, then the token lock and the grace lock */
 	RequestNamedLWLockTranche("dlock", DLOCK_PARTITIONS + 3);
@@ -69,6 +71,7 @@ dlock_shmem_startup_hook(void)
 	dlock_grace_shmem_init(&locks[DLOCK_PARTITIONS + 1].lock);
 	dlock_events_shmem_init(&locks[DLOCK_PARTITIONS + 2].lock);
 	dlock_lifetime_shmem_init();
+	dlock_listen_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -87,6 +90,7 @@ _PG_init(void)
 
 	dlock_worker_register();
 	dlock_store_hook_drops();
+	dlock_listen_hook();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = dlock_shmem_request_hook;

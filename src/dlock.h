@@ -34,6 +34,8 @@
  *					terminated when the waiter's role may
  *	events.c		change events (dlock.events): recorded at commit or when a
  *					lease ends, kept until a sender NOTIFYs them
+ *	listen.c		which databases may have a backend listening to the events
+ *					(LISTEN dlock, seen by the utility hook)
  *	engine.c		the partitioned shared hash of leases, expiry heaps
  *	keys.c			a lease's key and its hash, owners, mode and lifetime words
  *	credits.c		entry credits: dlock.max_locks and

@@ -58,6 +58,7 @@
 #include "utils/memutils.h"
 
 #include "events.h"
+#include "listen.h"
 
 #define EVENT_SLOTS		4096
 #define EVENT_ROOM_WAIT	20		/* ms a commit waits for room at most */
@@ -97,6 +98,7 @@ typedef struct EventQueue
 	int32		tail;
 	uint32		lost;			/* events that found no room */
 	Latch	   *sender;			/* its sender's, while one runs */
+	bool		pacing;			/* it pauses after a batch: see wake_sender */
 } EventQueue;
 
 typedef struct EventShared
@@ -233,6 +235,20 @@ free_slots(int32 first, int32 last, int n)
 }
 
 /* Queues an event to send; the caller holds the buffer's lock. */
+/*
+ * Who is to send q's new event: its sender, or the watcher that starts one.
+ * A sender pausing after a batch (worker.c) is woken only when the buffer is
+ * a quarter full: it gathers the next batch without a wake-up per event.
+ */
+static void
+wake_sender(EventQueue *q)
+{
+	if (q->sender == NULL)
+		wake_watcher = true;
+	else if (!q->pacing || shared->used >= EVENT_SLOTS / 4)
+		to_wake = q->sender;
+}
+
 static void
 enqueue(PendingEvent *ev)
 {
@@ -252,10 +268,7 @@ enqueue(PendingEvent *ev)
 	else
 		shared->slots[q->tail].next = i;
 	q->tail = i;
-	if (q->sender != NULL)
-		to_wake = q->sender;
-	else
-		wake_watcher = true;
+	wake_sender(q);
 }
 
 /* An event that found no room; the caller holds the buffer's lock. */
@@ -267,10 +280,7 @@ count_lost(Oid dbid)
 	if (q == NULL)
 		return;
 	q->lost++;
-	if (q->sender != NULL)
-		to_wake = q->sender;
-	else
-		wake_watcher = true;
+	wake_sender(q);
 }
 
 /* Wakes whoever must send what was just queued (after the buffer's lock). */
@@ -532,7 +542,10 @@ dlock_events_sender_start(Latch *latch)
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	q = queue_of(MyDatabaseId, true);
 	if (q != NULL)
+	{
 		q->sender = latch;
+		q->pacing = false;
+	}
 	LWLockRelease(shared->lock);
 	return q != NULL;
 }
@@ -572,6 +585,8 @@ dlock_events_take(void)
 		batch_lost = q->lost;
 		q->head = q->tail = EVENT_NONE;
 		q->lost = 0;
+		/* it pauses after a batch, not after finding none */
+		q->pacing = (batch_head != EVENT_NONE || batch_lost != 0);
 	}
 	LWLockRelease(shared->lock);
 	batch_len = 0;
@@ -632,6 +647,9 @@ dlock_events_notify(void)
 	evs = palloc(sizeof(PendingEvent *) * Max(batch_len, 1));
 	for (int32 i = batch_head; i != EVENT_NONE; i = shared->slots[i].next)
 		evs[n++] = &shared->slots[i];
+	/* no backend of the database has run LISTEN dlock: none would hear */
+	if (!dlock_listened(MyDatabaseId))
+		n = batch_lost = 0;
 	qsort(evs, n, sizeof(PendingEvent *), by_seq);
 	for (int i = 0; i < n; i++)
 	{
@@ -653,14 +671,18 @@ dlock_events_notify(void)
 	pfree(buf.data);
 }
 
-/* After the sender's transaction committed: its batch was sent. */
-void
+/* After the sender's transaction committed: its batch was sent.  Returns its size. */
+int
 dlock_events_sent(void)
 {
+	int			n = batch_len;
+
 	batch_head = batch_tail = EVENT_NONE;
 	batch_len = 0;
 	batch_lost = 0;
+	return n;
 }
+
 
 /*
  * The sender exits, whatever ends it: a batch taken and not sent is counted

@@ -215,6 +215,25 @@ trap on_exit EXIT
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 
+# Waits for the concurrent scripts, shows their output and records them.
+finish_concurrent_suites() {
+	local i name r
+	for i in "${!bg_pids[@]}"; do
+		name=${bg_names[$i]}
+		current="suite:suites/$name.sh (concurrent)"
+		wait "${bg_pids[$i]}"
+		cat "$logdir/$name.console"
+		r=()
+		[[ -f "$work/bg/$name.result" ]] && mapfile -t r <"$work/bg/$name.result"
+		((${#r[@]} >= 4)) || r=("suite:suites/$name.sh" 0 1 0 "no result (see $logdir/$name.console)")
+		record "${r[@]}"
+		timings[-1]+="  concurrent"
+	done
+	bg_pids=()
+	bg_names=()
+	current=""
+}
+
 finish() {
 	local t n
 	finish_concurrent_suites
@@ -335,7 +354,6 @@ run_as_self() {
 	local as_test_user=()
 	run_as_test_user "$@"
 }
-
 
 # record <suite> <passed> <failed> <seconds> <failed names...>
 # (in a concurrent suite's subshell: into $result_file, one per line, for
@@ -578,25 +596,6 @@ start_concurrent_suites() {
 		bg_pids+=($!)
 		bg_names+=("$name")
 	done
-}
-
-# Waits for the concurrent scripts, shows their output and records them.
-finish_concurrent_suites() {
-	local i name r
-	for i in "${!bg_pids[@]}"; do
-		name=${bg_names[$i]}
-		current="suite:suites/$name.sh (concurrent)"
-		wait "${bg_pids[$i]}"
-		cat "$logdir/$name.console"
-		r=()
-		[[ -f "$work/bg/$name.result" ]] && mapfile -t r <"$work/bg/$name.result"
-		((${#r[@]} >= 4)) || r=("suite:suites/$name.sh" 0 1 0 "no result (see $logdir/$name.console)")
-		record "${r[@]}"
-		timings[-1]+="  concurrent"
-	done
-	bg_pids=()
-	bg_names=()
-	current=""
 }
 
 # ---------------------------------------------------------------- suites
