@@ -17,6 +17,8 @@
 #   BENCH_ONLY         extended regex: run only workloads whose name matches
 #   HANDOFF_ITERS      measured handoffs per lock kind (default 1000)
 #   HANDOFF_MODES      lock kinds of handoff.c (default dlock_mem,dlock_durable,advisory)
+#   EVENT_DELAY_ITERS  events timed by event_delay.c per load (default 1000)
+#   EVENT_DELAY_LOADS  its loads: clients cycling with events, 0 = idle (default "0 8 32")
 #   BENCH_KEEP=1       keep the temp dir (logs, raw results)
 #   BENCH_QUIET_CORES  before each run, wait until other processes use at most
 #                      this many cores (default 0.25) ...
@@ -43,6 +45,7 @@ HOT_CLIENTS=${BENCH_HOT_CLIENTS:-32}
 THREADS=${BENCH_THREADS:-2}
 ONLY=${BENCH_ONLY:-}
 HANDOFF_ITERS=${HANDOFF_ITERS:-1000}
+EVENT_DELAY_ITERS=${EVENT_DELAY_ITERS:-1000}
 OUT=${BENCH_OUT:-$HERE}
 BUILD_FROM=${BENCH_BUILD:-worktree}
 T_START=$(date +%s)
@@ -66,7 +69,7 @@ UNCONTENDED=(
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"
   "dlock_mem|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off|dlock_try + dlock_release, memory-only leases (dlock.durable = off)"
   "dlock_mem_events|pgbench|dlock.sql|setup_dlock|-c dlock.durable=off -c dlock.events=on|as dlock_mem, with change events (dlock.events = on: a NOTIFY at each commit)"
-  "dlock_mem_events_listened|pgbench|dlock.sql|setup_listener|-c dlock.durable=off -c dlock.events=on|as dlock_mem_events, with a listener receiving every event: \`dlock watch\` (LISTEN dlock) on a connection of its own, on the same cores"
+  "dlock_mem_events_listened|pgbench|dlock.sql|setup_listener|-c dlock.durable=off -c dlock.events=on|as dlock_mem_events, with a listener receiving every event (\`bench/event_delay.c listen\`: LISTEN dlock on a connection of its own, counting the notifications; on the same cores)"
   "notify_mem|pgbench|notify_mem.sql|setup_dlock|-c dlock.durable=off|as dlock_mem (events off) plus a plain pg_notify in each of its two transactions: NOTIFY's own cost"
   "pg_floor|pgbench|floor.sql|-|-|SELECT \$1 twice: no lock at all, the ceiling of any two-statement cycle in PostgreSQL"
   "advisory|pgbench|advisory.sql|-|-|pg_try_advisory_lock + pg_advisory_unlock (session)"
@@ -106,6 +109,8 @@ GOALS=(
 )
 # Lock kinds of the handoff test (modes of handoff.c).
 HANDOFF_MODES=${HANDOFF_MODES:-dlock_mem,dlock_durable,advisory}
+# The event delay's loads (clients cycling with events; 0: idle).
+EVENT_DELAY_LOADS=${EVENT_DELAY_LOADS:-0 8 32}
 
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -252,30 +257,27 @@ SQL
 setup_dlock() {
   PSQL -c "SELECT dlock_sweep()" -c "VACUUM ANALYZE dlock_leases" >/dev/null
 }
-# A listener for the run: `dlock watch` (the project's command: LISTEN
-# dlock, a line per event) on a connection of its own, listening before the
+# A listener for the run: `event_delay listen` (LISTEN dlock, counts each
+# notification it reads) on a connection of its own, listening before the
 # run starts; run_one stops it and checks that it got every event.
 LISTENER_PID=""
 setup_listener() {
   setup_dlock
-  PGHOST=127.0.0.1 PGPORT=$PGPORT PGUSER=postgres PGDATABASE=postgres \
-    "$SRC/cli/dlock" watch >"$TMP/logs/listener.out" 2>&1 &
+  "$TMP/bin/event_delay" "host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres" listen \
+    >"$TMP/logs/listener.out" 2>&1 &
   LISTENER_PID=$!
   for _ in $(seq 50); do
     [ "$(PSQL -c "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN dlock'")" = 1 ] && return
     sleep 0.1
   done
-  die "dlock watch is not listening: $(cat "$TMP/logs/listener.out")"
+  die "the listener is not listening: $(cat "$TMP/logs/listener.out")"
 }
-# Stops the listener once it has received $1 events (5 s at most); sets
+# Stops the listener (after a second for the last events to arrive); sets
 # HEARD to how many it got.
 stop_listener() {
-  for _ in $(seq 50); do
-    HEARD=$(wc -l <"$TMP/logs/listener.out")
-    [ "$HEARD" -ge "$1" ] && break
-    sleep 0.1
-  done
+  sleep 1
   kill "$LISTENER_PID" 2>/dev/null; wait "$LISTENER_PID" 2>/dev/null || true
+  HEARD=$(sed -n 's/^events=//p' "$TMP/logs/listener.out")
   LISTENER_PID=""
 }
 
@@ -459,7 +461,7 @@ run_one() {
       record "$section" "$name" "$c" "$rep" dlock_grants "$((tok1 - tok0))"
       if [ -n "$LISTENER_PID" ]; then
         # a grant and a release per cycle, each an event
-        stop_listener "$((2 * (tok1 - tok0)))"
+        stop_listener
         record "$section" "$name" "$c" "$rep" events_heard "$HEARD"
         [ "$HEARD" = "$((2 * (tok1 - tok0)))" ] || issue "$name c=$c rep=$rep: the listener got $HEARD events for $((tok1 - tok0)) grants and their releases"
       fi
@@ -521,7 +523,7 @@ for spec in "${UNCONTENDED[@]}" "${HOT[@]}"; do
   "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" -U postgres -M prepared -c 2 -j 2 -t 20 \
     -f "$HERE/scripts/$(field "$spec" 3)" postgres >"$TMP/logs/smoke.out" 2>&1 ||
     { cat "$TMP/logs/smoke.out" >&2; die "smoke test of $(field "$spec" 1) failed"; }
-  [ -z "$LISTENER_PID" ] || stop_listener 0
+  [ -z "$LISTENER_PID" ] || stop_listener
 done
 PSQL -c "SELECT pg_advisory_unlock_all()" >/dev/null
 
@@ -590,6 +592,29 @@ quiet_wait
 "$TMP/bin/handoff" "host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres" "$HANDOFF_ITERS" 5 \
   "$HANDOFF_MODES" 10 >"$TMP/out/handoff.txt" 2>"$TMP/logs/handoff.err" ||
   issue "handoff failed: $(tail -2 "$TMP/logs/handoff.err" | tr '\n' ' ')"
+
+# A change event's delay from its commit to a listener (bench/event_delay.c):
+# idle, then while clients cycle memory-only leases with events (the load of
+# dlock_mem_events) for 20 s, the probe starting 2 s in.
+log "event delay, $EVENT_DELAY_ITERS events per load"
+for c in $EVENT_DELAY_LOADS; do
+  quiet_wait
+  bgpid=""
+  if [ "$c" != 0 ]; then
+    PGOPTIONS="-c dlock.durable=off -c dlock.events=on" "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" \
+      -U postgres -M prepared -c "$c" -j "$(threads_for "$c")" -T 20 -f "$HERE/scripts/dlock.sql" postgres \
+      >"$TMP/logs/event_delay_load.c$c.out" 2>&1 &
+    bgpid=$!
+    sleep 2
+  fi
+  "$TMP/bin/event_delay" "host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres" "$EVENT_DELAY_ITERS" \
+    >"$TMP/out/event_delay.c$c.txt" 2>"$TMP/logs/event_delay.c$c.err" ||
+    issue "event_delay under $c clients failed: $(tail -2 "$TMP/logs/event_delay.c$c.err" | tr '\n' ' ')"
+  if [ -n "$bgpid" ]; then
+    kill -0 "$bgpid" 2>/dev/null || issue "event_delay under $c clients outlasted its load: part of it ran idle"
+    wait "$bgpid" || issue "the load of event_delay ($c clients) failed: $(tail -2 "$TMP/logs/event_delay_load.c$c.out" | tr '\n' ' ')"
+  fi
+done
 
 # ---------------------------------------------------------------------------
 # Facts for the report.
@@ -957,6 +982,23 @@ REPORT="$TMP/out/RESULTS.md"
   else
     echo "handoff did not run; see the notes below."
   fi
+  echo
+  echo "## Change events: delay from commit to listener"
+  echo
+  echo "\`bench/event_delay.c\` (libpq): one connection LISTENs on \`dlock\`, another (events on, memory-only) takes and"
+  echo "releases \`bench_event_delay\` in turn, each call committing on its own; an event's delay runs from the moment its"
+  echo "call's result was read (the change had committed) to the moment the listener has read the event, skipping the"
+  echo "events of other names. Idle, then while pgbench clients cycle memory-only leases with events (dlock_mem_events's"
+  echo "load, every one of its events sent to the same listener). Microseconds:"
+  echo
+  echo "| load | n | p50 | p90 | p99 | max | mean |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+  for c in $EVENT_DELAY_LOADS; do
+    f="$TMP/out/event_delay.c$c.txt"
+    [ -s "$f" ] || continue
+    kvf() { tr ' ' '\n' <"$f" | sed -n "s/^$1=//p"; }
+    echo "| $([ "$c" = 0 ] && echo idle || echo "$c clients cycling") | $(kvf n) | $(kvf p50) | $(kvf p90) | $(kvf p99) | $(kvf max) | $(kvf mean) |"
+  done
   echo
   if [ -s "$SCALE_MD" ]; then cat "$SCALE_MD"; fi
   if [ -s "$CRASH_MD" ]; then echo; cat "$CRASH_MD"; echo; fi
