@@ -671,18 +671,14 @@ dlock_events_notify(void)
 	pfree(buf.data);
 }
 
-/* After the sender's transaction committed: its batch was sent.  Returns its size. */
-int
+/* After the sender's transaction committed: its batch was sent. */
+void
 dlock_events_sent(void)
 {
-	int			n = batch_len;
-
 	batch_head = batch_tail = EVENT_NONE;
 	batch_len = 0;
 	batch_lost = 0;
-	return n;
 }
-
 
 /*
  * The sender exits, whatever ends it: a batch taken and not sent is counted

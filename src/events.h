@@ -86,14 +86,14 @@ extern void dlock_events_aborted(void);
  * The sender of a database (worker.c): start() registers it (false: no
  * room), stop() unregisters it when idle (false: events came meanwhile).
  * Each batch: take() the queue (false: nothing), then notify() in a
- * transaction, then sent() after its commit (returns the batch's size).
- * sender_exit() when it exits, however: a batch not sent is counted as lost.
+ * transaction, then sent() after its commit.  sender_exit() when it exits,
+ * however: a batch not sent is counted as lost.
  */
 extern bool dlock_events_sender_start(Latch *latch);
 extern bool dlock_events_sender_stop(void);
 extern bool dlock_events_take(void);
 extern void dlock_events_notify(void);
-extern int	dlock_events_sent(void);
+extern void dlock_events_sent(void);
 extern void dlock_events_sender_exit(void);
 
 /* A database's leases were dropped (dlock_db_purge): so are its events. */

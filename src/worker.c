@@ -47,15 +47,12 @@
 /*
  * event senders (one per database at a time), how often one starts in a
  * database, how long one idles before it exits, and its pause after a batch
- * (ms): SENDER_PACE, 1 more per SENDER_PACE_EVENTS events of the batch, at
- * most SENDER_PACE_MAX
+ * (ms)
  */
 #define MAX_SENDERS		8
 #define SENDER_INTERVAL	(100 * 1000)
 #define SENDER_LINGER	(1000 * 1000)
 #define SENDER_PACE		1
-#define SENDER_PACE_EVENTS	50
-#define SENDER_PACE_MAX	10
 
 void
 dlock_worker_register(void)
@@ -329,21 +326,16 @@ sender_exit(int code, Datum arg)
 /*
  * Sends the events recorded for one database (events.c) with NOTIFY, all
  * that wait at each round in a transaction of its own.  While events come,
- * rounds are paced (a batch per round rather than a transaction and a
- * wake-up per event), the longer the bigger the last batch, up to
- * SENDER_PACE_MAX: the cost of a round (a transaction, a commit, a wake-up)
- * then stays a small part of each event's at high rates, while one event at
- * a time waits SENDER_PACE at most.  Committers do not wake it while it
- * pauses, unless the buffer fills (events.c).
- * Idle for SENDER_LINGER, it exits.  It runs as the bootstrap superuser,
- * with the database's settings.
+ * it pauses SENDER_PACE after each round (a batch per round rather than a
+ * transaction and a wake-up per event); committers do not wake it then,
+ * unless the buffer fills (events.c).  Idle for SENDER_LINGER, it exits.
+ * It runs as the bootstrap superuser, with the database's settings.
  */
 void
 dlock_sender_main(Datum arg)
 {
 	Oid			dbid = DatumGetObjectId(arg);
 	int64		idle_since;
-	long		pace;
 
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
@@ -366,11 +358,10 @@ dlock_sender_main(Datum arg)
 			StartTransactionCommand();
 			dlock_events_notify();
 			CommitTransactionCommand();
-			pace = Min(SENDER_PACE_MAX,
-					   SENDER_PACE + dlock_events_sent() / SENDER_PACE_EVENTS);
+			dlock_events_sent();
 			idle_since = dlock_mono_now();
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 pace, PG_WAIT_EXTENSION);
+							 SENDER_PACE, PG_WAIT_EXTENSION);
 			continue;
 		}
 		idle = dlock_mono_now() - idle_since;
