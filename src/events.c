@@ -234,7 +234,6 @@ free_slots(int32 first, int32 last, int n)
 	shared->used -= n;
 }
 
-/* Queues an event to send; the caller holds the buffer's lock. */
 /*
  * Who is to send q's new event: its sender, or the watcher that starts one.
  * A sender pausing after a batch (worker.c) is woken only when the buffer is
@@ -249,6 +248,7 @@ wake_sender(EventQueue *q)
 		to_wake = q->sender;
 }
 
+/* Queues an event to send; the caller holds the buffer's lock. */
 static void
 enqueue(PendingEvent *ev)
 {
@@ -645,11 +645,14 @@ dlock_events_notify(void)
 
 	initStringInfo(&buf);
 	evs = palloc(sizeof(PendingEvent *) * Max(batch_len, 1));
-	for (int32 i = batch_head; i != EVENT_NONE; i = shared->slots[i].next)
-		evs[n++] = &shared->slots[i];
 	/* no backend of the database has run LISTEN dlock: none would hear */
 	if (!dlock_listened(MyDatabaseId))
-		n = batch_lost = 0;
+		batch_lost = 0;
+	else
+	{
+		for (int32 i = batch_head; i != EVENT_NONE; i = shared->slots[i].next)
+			evs[n++] = &shared->slots[i];
+	}
 	qsort(evs, n, sizeof(PendingEvent *), by_seq);
 	for (int i = 0; i < n; i++)
 	{

@@ -70,7 +70,6 @@ uncount(int code, Datum arg)
 
 	pg_atomic_write_u32(&shared->dbid[i], InvalidOid);
 	pg_atomic_fetch_sub_u32(&shared->any, 1);
-	counted = false;
 }
 
 /* This backend may listen to dlock from now until it exits. */
@@ -102,7 +101,7 @@ listen_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *stmt = pstmt->utilityStmt;
 
-	if (shared != NULL && IsA(stmt, ListenStmt) &&
+	if (IsA(stmt, ListenStmt) &&
 		strcmp(((ListenStmt *) stmt)->conditionname, CHANNEL) == 0)
 		count_listener();
 	if (prev_utility)
