@@ -40,8 +40,15 @@ import uuid
 import psycopg
 
 
+_log_lock = threading.Lock()
+
+
 def log(*args):
-    print(*args, flush=True)
+    # a line in one write: print writes the text and its newline apart, so
+    # two threads' lines could run together
+    with _log_lock:
+        sys.stdout.write(" ".join(map(str, args)) + "\n")
+        sys.stdout.flush()
 
 
 def connect(dsn):

@@ -36,8 +36,15 @@ import psycopg
 EXIT_DONE, EXIT_RENEW_LOST, EXIT_FENCED, EXIT_NOT_GRANTED = 0, 3, 4, 5
 
 
+_log_lock = threading.Lock()
+
+
 def log(*args):
-    print(*args, flush=True)
+    # a line in one write: print writes the text and its newline apart, so
+    # two threads' lines could run together
+    with _log_lock:
+        sys.stdout.write(" ".join(map(str, args)) + "\n")
+        sys.stdout.flush()
 
 
 def connect(dsn):

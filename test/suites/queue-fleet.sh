@@ -51,6 +51,8 @@ sampler=$!
 bg_pids+=($sampler)
 
 rc=0
+# its log lines are counted below: each must be written whole
+"$PY" "$here/test/clients/check_example_logs.py" "$here/examples/python" || fail "an example's log() splits its lines"
 PGPASSWORD=$app_password "$PY" "$here/examples/python/queue_fleet.py" \
 	--dsn "host=127.0.0.1 port=$bouncer_port dbname=app user=$app_user" \
 	--workers $workers --jobs $jobs --customers $customers --work 0.02 --poll 0.1 \
