@@ -144,26 +144,6 @@ own_lease(DLockEntry *head, const DLockRequest *req, int64 now)
 	return NULL;
 }
 
-/*
- * What the row of a durable lease says, taken under its partition lock;
- * expires_at and ttl are filled in by insert_row().
- */
-static void
-fill_row(DLockRow *row, const DLockEntry *lease, int64 version)
-{
-	memcpy(&row->owner, &lease->owner, offsetof(DLockOwner, str) + lease->owner.len);
-	row->roleid = lease->roleid;
-	row->token = lease->token;
-	row->granted_at = lease->granted_at;
-	row->min_hold = lease->min_hold;
-	row->mode = (DLockMode) lease->mode;
-	row->permits = dlock_head_of(lease)->permits;
-	/* an exclusive lease's row closes every older row of its name anyway */
-	row->takeover = lease->clear_rows && lease->mode == DLOCK_EXCLUSIVE &&
-		row->permits == 0;
-	row->version = version;
-}
-
 static void
 insert_row(const DLockRequest *req, DLockRow *row, int64 expires, int64 now)
 {
@@ -179,10 +159,10 @@ insert_row(const DLockRequest *req, DLockRow *row, int64 expires, int64 now)
  */
 static void
 clear_rows(const DLockRequest *req, struct DLockOp *op, const DLockRow *row,
-		   uint64 token)
+		   uint64 token, bool inserts)
 {
 	dlock_xact_cleared_rows(op);
-	if (!row->takeover || !req->durable)
+	if (!row->takeover || !inserts)
 		dlock_store_clear_rows(&req->key, req->hash, token);
 }
 
@@ -233,14 +213,14 @@ refused_at_a_glance(const DLockRequest *req)
  */
 static uint64
 extend(const DLockRequest *req, struct DLockOp *op, uint64 token, DLockRow *row,
-	   bool durable, int64 now)
+	   bool durable, bool adopted, int64 now)
 {
 	int64		expires = now + req->ttl;
 	int64		version;
 
-	if (dlock_xact_extended(op, req, token, expires) && durable)
+	/* our own pending release deleted the row, or it has none yet */
+	if ((dlock_xact_extended(op, req, token, expires) || adopted) && durable)
 	{
-		/* our own pending release deleted the row: the lease keeps one */
 		insert_row(req, row, expires, now);
 		version = row->version;
 	}
@@ -273,6 +253,7 @@ typedef struct AcquireState
 	bool		grace;			/* after a promotion, nothing new is granted
 								 * yet (grace.c) */
 	TransactionId xid;			/* durable: the transaction of the grant */
+	bool		defer;			/* durable, its row deferred (dlock.defer_rows) */
 	DLockEntry *head;			/* under the lock: the name's head, or NULL */
 	int64		now;			/* under the lock: when it was taken */
 	uint64		token;			/* the answer, once a step gives one */
@@ -317,10 +298,16 @@ acquire_prepare(AcquireState *a)
 	/*
 	 * A durable grant records our xid, and another backend granting us the
 	 * lease as a waiter needs it; a try got past the glance, so it will
-	 * likely be granted.  Assigning it may fail: not under the lock.
+	 * likely be granted.  Assigning it may fail: not under the lock.  A
+	 * deferred grant writes nothing (the crash grace covers its ttl, raised
+	 * here), but as a durable one it needs a read-write transaction.
 	 */
 	a->xid = InvalidTransactionId;
-	if (a->req->durable)
+	a->defer = a->req->durable && dlock_defer_rows && a->req->min_hold == 0 &&
+		dlock_grace_unflushed(a->req->ttl);
+	if (a->defer)
+		dlock_store_check_writable();
+	else if (a->req->durable)
 		a->xid = dlock_store_xid();
 	dlock_lifetime_prepare(a->req);
 	a->op = dlock_xact_begin(a->req);
@@ -360,6 +347,7 @@ extend_own(AcquireState *a, DLockEntry *lease)
 	TransactionId wait_xid;
 	uint64		token;
 	bool		durable;
+	bool		adopt;
 	DLockRow	row;
 
 	if (lease->mode != req->mode)
@@ -378,6 +366,14 @@ extend_own(AcquireState *a, DLockEntry *lease)
 			return false;
 		return not_granted(a);
 	}
+	adopt = lease->deferred;
+	if (adopt && !TransactionIdIsValid(GetTopTransactionIdIfAny()))
+	{
+		/* the extension writes the deferred row: an xid first, unlocked */
+		acquire_unlock(a);
+		(void) dlock_store_xid();
+		return false;
+	}
 	/* it cannot end before our commit applies the new expiry */
 	if (!dlock_pin(lease))
 	{
@@ -389,11 +385,16 @@ extend_own(AcquireState *a, DLockEntry *lease)
 		dlock_set_holder(lease, MyProcPid, dlock_lifetime_backend(),
 						 DLOCK_LIFETIME_TTL);
 	token = lease->token;
+	if (adopt)
+	{
+		dlock_adopt(lease, GetTopTransactionIdIfAny());
+		dlock_xact_adopted(a->op, lease->grant_xid);
+	}
 	durable = lease->durable;
 	if (durable)
-		fill_row(&row, lease, lease->version + 1);
+		dlock_store_fill_row(&row, lease, lease->version + 1);
 	acquire_unlock(a);
-	a->token = extend(req, a->op, token, &row, durable, a->now);
+	a->token = extend(req, a->op, token, &row, durable, adopt, a->now);
 	return true;
 }
 
@@ -419,11 +420,11 @@ granted(AcquireState *a, DLockEntry *lease)
 	durable = lease->durable;
 	clears = lease->clear_rows;
 	if (durable || clears)
-		fill_row(&row, lease, 1);
+		dlock_store_fill_row(&row, lease, 1);
 	acquire_unlock(a);
 	dlock_store_note_token(token);
 	if (clears)
-		clear_rows(req, a->op, &row, token);
+		clear_rows(req, a->op, &row, token, durable);
 	if (durable)
 		insert_row(req, &row, a->now + req->ttl, a->now);
 	a->token = token;
@@ -443,8 +444,7 @@ grant_now(AcquireState *a)
 	bool		no_token;
 
 	lease = dlock_grant(a->head, &req->owner, req->roleid, MyProcPid, req->ttl, a->now,
-						req->mode, false, req->durable ? a->xid : InvalidTransactionId,
-						&no_token);
+						req->mode, false, a->xid, a->defer, &no_token);
 	if (lease == NULL && no_token)
 	{
 		/* reserve more tokens, outside the lock, and look again */
@@ -476,8 +476,9 @@ handed_over(AcquireState *a, uint64 token)
 	int64		expires = 0;
 	bool		found;
 	bool		clears;
+	bool		durable;
 
-	dlock_xact_granted(a->op, token, req->durable);
+	dlock_xact_granted(a->op, token, TransactionIdIsValid(a->xid));
 	if (req->lifetime == DLOCK_LIFETIME_SESSION)
 		dlock_lifetime_bound(req, token);
 
@@ -489,17 +490,18 @@ handed_over(AcquireState *a, uint64 token)
 	/* (a lease that ended already: its end's event waits for our commit) */
 	dlock_xact_granted_event(a->op, dlock_wait_event_seq());
 	clears = found && lease->clear_rows;
+	durable = found && lease->durable;
 	if (found)
 	{
-		fill_row(&row, lease, 1);
+		dlock_store_fill_row(&row, lease, 1);
 		expires = lease->expires;
 	}
 	LWLockRelease(a->lock);
 	dlock_store_note_token(token);
 	if (clears)
-		clear_rows(req, a->op, &row, token);
-	/* (a lease that ended already leaves no row) */
-	if (found && req->durable)
+		clear_rows(req, a->op, &row, token, durable);
+	/* (a lease that ended already leaves no row, a deferred one none yet) */
+	if (durable)
 		insert_row(req, &row, expires, now);
 	a->token = token;
 	return true;
@@ -531,7 +533,7 @@ queue_and_wait(AcquireState *a)
 	if (reserve && !dlock_reserve(head))
 		return make_room(a);
 	dlock_enqueue(head, &req->owner, req->roleid, req->ttl, a->deadline,
-				  req->mode, reserve, req->durable ? a->xid : InvalidTransactionId,
+				  req->mode, reserve, a->xid, a->defer,
 				  req->min_hold, req->lifetime, dlock_lifetime_backend());
 	acquire_unlock(a);
 

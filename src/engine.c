@@ -363,6 +363,7 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 	entry->permits = 0;
 	entry->in_heap = false;
 	entry->durable = false;
+	entry->deferred = false;
 	entry->mode = DLOCK_EXCLUSIVE;
 	entry->clear_rows = false;
 	entry->db = db;
@@ -461,6 +462,27 @@ void
 dlock_scan_begin(HASH_SEQ_STATUS *status)
 {
 	hash_seq_init(status, lock_hash);
+}
+
+/*
+ * How long the live deferred lease that ends last has left (0: none), for
+ * the postmaster at a clean shutdown, when nothing else runs.
+ */
+int64
+dlock_deferred_left(void)
+{
+	HASH_SEQ_STATUS status;
+	DLockEntry *entry;
+	int64		now = dlock_mono_now();
+	int64		left = 0;
+
+	hash_seq_init(&status, lock_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->deferred && dlock_is_live(entry, now))
+			left = Max(left, entry->expires - now);
+	}
+	return left;
 }
 
 /* Held: granted, and not expired or kept by a transaction that pinned it. */
@@ -676,13 +698,14 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
  * the caller (a queued waiter) counted an entry for it already, and keeps
  * that reservation if NULL is returned.  durable_xid: for a durable lease,
  * the transaction that will write its row (version 1); else invalid.
+ * deferred: a durable lease whose row is not written yet (no durable_xid).
  * Returns NULL when the table is full, or with *no_token when no token is
  * reserved (see dlock_token_next).
  */
 DLockEntry *
 dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 			int64 ttl, int64 now, DLockMode mode, bool reserved,
-			TransactionId durable_xid, bool *no_token)
+			TransactionId durable_xid, bool deferred, bool *no_token)
 {
 	DLockEntry *lease;
 	uint64		token;
@@ -707,6 +730,7 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 		return NULL;
 	}
 	lease->durable = TransactionIdIsValid(durable_xid);
+	lease->deferred = deferred && !lease->durable;
 	lease->mode = mode;
 
 	/*
@@ -729,6 +753,31 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 	lease->holder_pid = pid;
 	memcpy(&lease->owner, owner, offsetof(DLockOwner, str) + owner->len);
 	return lease;
+}
+
+/*
+ * A deferred lease's row is about to be written by transaction xid (its
+ * first renewal, extension or fence): durable from now, as a new grant is,
+ * and acted on by nobody else until xid ends.  dlock_unadopt() takes it
+ * back if xid's write rolls back.
+ */
+void
+dlock_adopt(DLockEntry *lease, TransactionId xid)
+{
+	Assert(lease->deferred && TransactionIdIsValid(xid));
+	lease->deferred = false;
+	lease->durable = true;
+	lease->version = 1;
+	lease->grant_xid = xid;
+}
+
+void
+dlock_unadopt(DLockEntry *lease)
+{
+	lease->durable = false;
+	lease->deferred = true;
+	lease->version = 0;
+	lease->grant_xid = InvalidTransactionId;
 }
 
 /* A new grant's minimum hold, counted from its grant at now (0: none). */
@@ -788,6 +837,7 @@ dlock_end_lease(DLockEntry *lease)
 		lease->released = false;
 		lease->version = 0;
 		lease->durable = false;
+		lease->deferred = false;
 		return;
 	}
 	dlist_delete(&lease->u.x.node);

@@ -115,6 +115,9 @@ typedef struct DLockEntry
 								 * of that many permits */
 	bool		in_heap;		/* in its partition's expiry heap */
 	bool		durable;		/* stored in the lease table */
+	bool		deferred;		/* durable, with its row left to its first
+								 * renewal, extension or fence
+								 * (dlock.defer_rows): memory-only until then */
 	uint8		mode;			/* DLockMode of the lease */
 	uint8		lifetime;		/* DLockLifetime of the lease */
 	bool		stale_rows;		/* head: ended leases may have left rows (set
@@ -189,7 +192,10 @@ extern bool dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now);
 extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 							   int pid, int64 ttl, int64 now, DLockMode mode,
 							   bool reserved, TransactionId durable_xid,
-							   bool *no_token);
+							   bool deferred, bool *no_token);
+extern int64 dlock_deferred_left(void);
+extern void dlock_adopt(DLockEntry *lease, TransactionId xid);
+extern void dlock_unadopt(DLockEntry *lease);
 extern void dlock_set_min_hold(DLockEntry *lease, int64 min_hold, int64 now);
 extern DLockEntry *dlock_restore(DLockEntry *head, uint64 token);
 extern void dlock_end_lease(DLockEntry *lease);

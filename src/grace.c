@@ -76,6 +76,7 @@
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -114,6 +115,7 @@ pg_atomic_uint32 *dlock_grace_flag = NULL;
 PG_FUNCTION_INFO_V1(dlock_grace);
 
 static void load_grace_file(const char *clean);
+static void grace_at_shutdown(int code, Datum arg);
 
 Size
 dlock_grace_shmem_size(void)
@@ -135,6 +137,8 @@ dlock_grace_shmem_init(LWLock *lock)
 	dlock_grace_flag = &grace->pending;
 	if (found)
 		return;
+	if (!IsUnderPostmaster)
+		on_shmem_exit(grace_at_shutdown, (Datum) 0);
 	memset(grace, 0, sizeof(GraceState));
 	grace->lock = lock;
 	pg_atomic_init_u32(&grace->pending, 1);
@@ -293,6 +297,36 @@ load_grace_file(const char *clean)
 		ereport(LOG,
 				(errmsg("dlock begins no grace after this start: %s", clean)));
 	write_grace_file();
+}
+
+/*
+ * The postmaster's exit: after a clean shutdown (code 0), leases whose rows
+ * were deferred are lost with shared memory, so the next start resumes a
+ * grace until the last of them would have ended.  A crash's grace is the
+ * longest unflushed ttl instead (load_grace_file).
+ */
+static void
+grace_at_shutdown(int code, Datum arg)
+{
+	int64		left;
+
+	if (code != 0)
+		return;
+	left = dlock_deferred_left();
+	if (left <= 0)
+		return;
+	PG_TRY();
+	{
+		begin_grace(left, "a clean shutdown",
+					"Leases whose rows were deferred (dlock.defer_rows) were lost with shared memory.");
+		write_grace_file();
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+	}
+	PG_END_TRY();
 }
 
 /*

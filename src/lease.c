@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/dbcommands.h"
 #include "common/int.h"
 #include "miscadmin.h"
@@ -42,11 +43,15 @@ typedef struct HeldLease
 	bool		hold;			/* it has a minimum hold (and a hold row) */
 	int64		hold_until;		/* its minimum hold's end; 0: none */
 	bool		hold_released;	/* released already, within that hold */
+	TransactionId adopted;		/* pinned with its deferred row to write, as
+								 * this xid (dlock_adopt); else invalid */
+	DLockRow	row;			/* that row, but for expires_at and ttl */
 } HeldLease;
 
 /*
  * Finds the caller's live lease, pinned if pin, once no other transaction
- * is granting it.  Returns false when the caller holds none: a lease whose
+ * is granting it.  A pinned deferred lease is adopted: the caller writes its
+ * row (held_out->adopted).  Returns false when the caller holds none: a lease whose
  * session or transaction ended within its minimum hold is held by nobody
  * (it cannot be renewed or released, only fenced and force-released).
  */
@@ -66,7 +71,9 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		TransactionId wait_xid = InvalidTransactionId;
 		int64		deadline = 0;
 		bool		by_lock_timeout = false;
+		bool		need_xid = false;
 
+		held_out->adopted = InvalidTransactionId;
 		LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
 		*now = dlock_mono_now();
 		head = dlock_find(&req->key, req->hash);
@@ -92,10 +99,21 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				held = !TransactionIdIsValid(wait_xid);
 				if (!held)
 					deadline = dlock_lease_deadline(lease, *now, &by_lock_timeout);
+				/* writing the deferred row takes an xid first, unlocked */
+				need_xid = held && pin && lease->deferred &&
+					!TransactionIdIsValid(GetTopTransactionIdIfAny());
+				held = held && !need_xid;
 				if (held && pin && !dlock_pin(lease))
 				{
 					LWLockRelease(lock);
 					dlock_too_many_pinners(req);
+				}
+				if (held && pin && lease->deferred)
+				{
+					dlock_adopt(lease, GetTopTransactionIdIfAny());
+					held_out->adopted = lease->grant_xid;
+					held_out->durable = true;
+					dlock_store_fill_row(&held_out->row, lease, 2);
 				}
 				break;
 			}
@@ -105,6 +123,11 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		if (TransactionIdIsValid(wait_xid))
 		{
 			dlock_wait_for_grant(req, held_out->token, wait_xid, deadline, by_lock_timeout, true);
+			continue;
+		}
+		if (need_xid)
+		{
+			(void) dlock_store_xid();
 			continue;
 		}
 
@@ -136,7 +159,16 @@ dlock_lease_renew(const DLockRequest *req, TimestampTz *expires_at)
 		return false;
 	*expires_at = dlock_mono_to_wall(now + req->ttl, now, GetCurrentTimestamp());
 	dlock_xact_renew_set(op, held.token, now + req->ttl, 0);
-	if (held.durable)
+	if (TransactionIdIsValid(held.adopted))
+	{
+		/* the first renewal of a deferred lease writes its row */
+		dlock_xact_adopted(op, held.adopted);
+		held.row.expires_at = *expires_at;
+		held.row.ttl = req->ttl;
+		dlock_store_insert(&req->key, &held.row);
+		dlock_xact_renew_set(op, held.token, now + req->ttl, held.row.version);
+	}
+	else if (held.durable)
 	{
 		version = dlock_store_update(&req->key, held.token, *expires_at, req->ttl,
 									 held.hold, 0);
@@ -286,7 +318,9 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 /*
  * Checks that token is the token of a live lease on the name and pins that
  * lease until the caller's transaction ends, so it cannot end meanwhile.
- * On failure says why; *current is the newest live token on the name.
+ * On failure says why; *current is the newest live token on the name.  A
+ * deferred lease's row is written in a read-write transaction: a fenced
+ * write that commits has its lease on disk before it (WAL is in order).
  */
 DLockFenceResult
 dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
@@ -298,6 +332,9 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 
 	/* a transaction pins a lease once, however many rows it fences with it */
 	bool		held = dlock_xact_fence_held(&req->key, token);
+	bool		may_write = !XactReadOnly && !RecoveryInProgress();
+	TransactionId adopted = InvalidTransactionId;
+	DLockRow	row;
 
 	dlock_xact_register();
 	if (!held)
@@ -313,6 +350,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		TransactionId wait_xid = InvalidTransactionId;
 		int64		deadline = 0;
 		bool		by_lock_timeout = false;
+		bool		need_xid = false;
 
 		LWLockAcquire(lock, held ? LW_SHARED : LW_EXCLUSIVE);
 		now = dlock_mono_now();
@@ -345,6 +383,9 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			/* a grant that may still be taken back: nobody pins it yet */
 			deadline = dlock_lease_deadline(lease, now, &by_lock_timeout);
 		}
+		else if (lease->deferred && may_write &&
+				 !TransactionIdIsValid(GetTopTransactionIdIfAny()))
+			need_xid = true;	/* its row's write takes one, unlocked */
 		else if (!dlock_pin(lease))
 		{
 			LWLockRelease(lock);
@@ -352,6 +393,16 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else
 		{
+			if (lease->deferred && may_write)
+			{
+				dlock_adopt(lease, GetTopTransactionIdIfAny());
+				adopted = lease->grant_xid;
+				dlock_store_fill_row(&row, lease, 1);
+				row.expires_at = dlock_mono_to_wall(lease->expires, now, GetCurrentTimestamp());
+				/* a restored lease runs its ttl again: what it had left */
+				row.ttl = Max(lease->expires - now, 1);
+				dlock_xact_adopted(op, adopted);
+			}
 			dlock_xact_fence_set(op, token);
 			result = DLOCK_FENCE_OK;
 		}
@@ -361,6 +412,13 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			dlock_wait_for_grant(req, token, wait_xid, deadline, by_lock_timeout, true);
 			continue;
 		}
+		if (need_xid)
+		{
+			(void) dlock_store_xid();
+			continue;
+		}
+		if (TransactionIdIsValid(adopted))
+			dlock_store_insert(&req->key, &row);
 		if (result != DLOCK_FENCE_ROLE || !has_privs_of_role(req->roleid, other_role))
 			return result;
 		member_of = other_role;

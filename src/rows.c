@@ -349,6 +349,33 @@ hold_write(HoldWrite what, const DLockKey *key, uint64 token, int64 min_hold,
 }
 
 /*
+ * What the row of a durable lease says, taken under its partition lock;
+ * the caller fills in expires_at and ttl.
+ */
+void
+dlock_store_fill_row(DLockRow *row, const DLockEntry *lease, int64 version)
+{
+	memcpy(&row->owner, &lease->owner, offsetof(DLockOwner, str) + lease->owner.len);
+	row->roleid = lease->roleid;
+	row->token = lease->token;
+	row->granted_at = lease->granted_at;
+	row->min_hold = lease->min_hold;
+	row->mode = (DLockMode) lease->mode;
+	row->permits = dlock_head_of(lease)->permits;
+	/* an exclusive lease's row closes every older row of its name anyway */
+	row->takeover = lease->clear_rows && lease->mode == DLOCK_EXCLUSIVE &&
+		row->permits == 0;
+	row->version = version;
+}
+
+/* A durable grant whose row is deferred needs a read-write transaction too. */
+void
+dlock_store_check_writable(void)
+{
+	dlock_table_check_writable();
+}
+
+/*
  * The transaction that will write a durable grant's row.  Taken before the
  * grant, as assigning it may fail; a read-only transaction is refused here.
  */

@@ -26,6 +26,7 @@ int			dlock_fence_grace_ms = 10000;
 int			dlock_token_block = 1000000;
 int			dlock_failover_grace_ms = 300000;
 bool		dlock_flush_grants = false;
+bool		dlock_defer_rows = false;
 bool		dlock_events = false;
 
 /* Refuses an owner that calls would refuse, at SET time. */
@@ -139,6 +140,14 @@ define_server_settings(void)
 							 "Make every durable grant, renewal and extension wait for its WAL flush, as before 1.2.",
 							 "Off: one whose ttl is within dlock.failover_grace may return before its flush, and a crash restart grants no new lease until every lease it may have lost has ended.",
 							 &dlock_flush_grants,
+							 false,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	/* read when a lease is granted (acquire.c) */
+	DefineCustomBoolVariable("dlock.defer_rows",
+							 "Leave a durable lease's row to its first renewal, extension or fence when its grant may skip the WAL flush.",
+							 "A lease released before then writes no row; a crash or a clean restart loses it, and a grace keeps its name from anyone else until it would have ended.",
+							 &dlock_defer_rows,
 							 false,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);

@@ -17,6 +17,7 @@ extern int	dlock_fence_grace_ms;
 extern int	dlock_token_block;
 extern int	dlock_failover_grace_ms;
 extern bool dlock_flush_grants;
+extern bool dlock_defer_rows;
 extern bool dlock_events;
 
 /* Defines them all; at module load, from shared_preload_libraries only. */

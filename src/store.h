@@ -41,6 +41,8 @@ typedef struct DLockRow
 } DLockRow;
 
 /* row writes (rows.c) */
+extern void dlock_store_fill_row(DLockRow *row, const DLockEntry *lease, int64 version);
+extern void dlock_store_check_writable(void);
 extern TransactionId dlock_store_xid(void);
 extern void dlock_store_insert(const DLockKey *key, const DLockRow *row);
 extern int64 dlock_store_update(const DLockKey *key, uint64 token,

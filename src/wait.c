@@ -252,7 +252,7 @@ dlock_wait_prepare(void)
 void
 dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 			  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-			  TransactionId durable_xid, int64 min_hold,
+			  TransactionId durable_xid, bool deferred, int64 min_hold,
 			  DLockLifetime lifetime, const DLockBackend *backend)
 {
 	DLockWaiter *w = my_slot;
@@ -271,6 +271,7 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 		dlock_mono_to_wall(deadline, dlock_mono_now(), w->since);
 	w->roleid = roleid;
 	w->durable_xid = durable_xid;
+	w->deferred = deferred;
 	w->mode = mode;
 	w->lifetime = lifetime;
 	w->backend = *backend;
@@ -357,7 +358,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 			break;
 		lease = dlock_grant(head, &w->owner, w->roleid, w->pid, w->ttl, now,
 							(DLockMode) w->mode, w->reserved, w->durable_xid,
-							&no_token);
+							w->deferred, &no_token);
 		if (lease == NULL)
 		{
 			/*
@@ -728,6 +729,21 @@ dlock_grant_committed(const DLockKey *key, uint32 hash, uint64 token)
 		lease->grant_xid = InvalidTransactionId;
 		lease->clear_rows = false;
 	}
+	LWLockRelease(dlock_partition_lock(hash));
+}
+
+/*
+ * An aborted write of a deferred lease's row by xid: the lease, if still
+ * that write's, is deferred again (see dlock_adopt).
+ */
+void
+dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token,
+					  TransactionId xid)
+{
+	DLockEntry *lease = lock_lease(key, hash, token);
+
+	if (lease != NULL && lease->durable && lease->grant_xid == xid)
+		dlock_unadopt(lease);
 	LWLockRelease(dlock_partition_lock(hash));
 }
 

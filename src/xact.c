@@ -65,6 +65,8 @@ typedef struct DLockOp
 	bool		forced;			/* RELEASE: by dlock_force_release */
 	uint8		mode;			/* ACQUIRE with events: the lease's mode */
 	uint64		event_seq;		/* ACQUIRE: its grant event's seq; 0: none */
+	TransactionId adopted;		/* RENEW, FENCE: wrote the row of a deferred
+								 * lease, as this xid (else invalid) */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -472,6 +474,17 @@ dlock_xact_holds_pins(void)
 	return false;
 }
 
+/*
+ * The op writes the row of a deferred lease it pins, adopted by xid
+ * (dlock_adopt): the commit lets others act on the lease again, an abort
+ * makes it deferred again.
+ */
+void
+dlock_xact_adopted(DLockOp *op, TransactionId xid)
+{
+	op->adopted = xid;
+}
+
 void
 dlock_xact_renew_set(DLockOp *op, uint64 token, int64 expires, int64 version)
 {
@@ -526,6 +539,9 @@ undo_from(int level)
 		else if ((op->kind == DLOCK_OP_RENEW || op->kind == DLOCK_OP_FENCE) &&
 				 op->token != 0)
 		{
+			/* before the unpin, which may end the lease */
+			if (TransactionIdIsValid(op->adopted))
+				dlock_handoff_unadopt(&op->key, op->hash, op->token, op->adopted);
 			dlock_handoff_set_expiry(&op->key, op->hash, op->token, 0, 0);
 			if (op->kind == DLOCK_OP_FENCE)
 				fence_undone(op, i);
@@ -579,6 +595,9 @@ apply_commit(void)
 				dlock_count(DLOCK_STAT_RELEASES);
 			}
 		}
+		/* a row it wrote for a deferred lease is the lease's now */
+		if (TransactionIdIsValid(op->adopted))
+			dlock_grant_committed(&op->key, op->hash, op->token);
 	}
 	/* the transaction's own leases end with it, once it has done the rest */
 	foreach(lc, ops)

@@ -41,6 +41,7 @@ extern void dlock_xact_release_hold(const DLockRequest *req, uint64 token,
  * with token 0 has no effect.
  */
 extern struct DLockOp *dlock_xact_renew(const DLockRequest *req);
+extern void dlock_xact_adopted(struct DLockOp *op, TransactionId xid);
 extern void dlock_xact_renew_set(struct DLockOp *op, uint64 token, int64 expires,
 								 int64 version);
 extern struct DLockOp *dlock_xact_fence(const DLockRequest *req);

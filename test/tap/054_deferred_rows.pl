@@ -1,0 +1,152 @@
+# Durable leases whose rows are deferred (dlock.defer_rows = on): a grant
+# writes nothing; the first renewal, extension or fence writes the row; a
+# crash or a clean restart loses the leases still without one, and a grace
+# keeps every name from a new holder until the last of them would have ended.
+#
+#  1. What writes a row and what does not: a grant (no row, no xid, no
+#     WAL), a release of it (no row), a renewal (row, version 2), an
+#     extension, a fence in a read-only transaction (none) and in a
+#     read-write one (row), the same fence rolled back (none, deferred
+#     again, fenced again later); grants that must write at once: a ttl
+#     above dlock.failover_grace, dlock.flush_grants, a minimum hold.
+#  2. A fenced write after a deferred grant: its commit flushes the row its
+#     fence wrote; after a crash the lease and the write are both there.
+#  3. A crash: the deferred leases are lost, the renewed one is back, a
+#     grace as long as the longest deferred ttl runs.
+#  4. A clean restart with a live deferred lease: it is lost, a grace runs
+#     until it would have ended; B gets its name after that.  A clean
+#     restart with none left live begins no grace.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('deferred_rows');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'dlock'
+dlock.failover_grace = '20s'
+dlock.defer_rows = on
+wal_level = minimal
+max_wal_senders = 0
+autovacuum = off
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock; CREATE TABLE jobs (token bigint)');
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+sub rows { return sql("SELECT coalesce(string_agg(version::text, ',' ORDER BY token), '-') FROM dlock_leases WHERE name = '$_[0]'") }
+sub durable { return sql("SELECT coalesce(string_agg(CASE WHEN durable THEN 't' ELSE 'f' END, ','), '-') FROM dlock_locks WHERE name = '$_[0]'") }
+
+###
+### 1. what writes a row
+###
+my $t = sql("SELECT dlock_try('plain', '10 s', 'A')");
+like($t, qr/^\d+$/, 'a deferred grant is granted');
+is(rows('plain') . ' ' . durable('plain'), '- f', '... with no row, shown not durable yet');
+is(sql("BEGIN; SELECT dlock_try('noxid', '10 s', 'A') > 0, pg_current_xact_id_if_assigned() IS NULL; COMMIT"),
+	't|t', '... in a transaction that takes no xid');
+is(sql("SELECT dlock_release('plain', 'A')"), 't', 'its release returns true');
+is(rows('plain') . ' ' . durable('plain'), '- -', '... and leaves nothing');
+
+sql("SELECT dlock_try('renewed', '10 s', 'A')");
+isnt(sql("SELECT dlock_renew('renewed', '12 s', 'A')"), '', 'a deferred lease is renewed');
+is(rows('renewed') . ' ' . durable('renewed'), '2 t', '... which wrote its row (version 2): durable');
+is(sql("SELECT extract(epoch FROM ttl)::int FROM dlock_leases WHERE name = 'renewed'"), '12',
+	'... with the renewal\'s ttl');
+isnt(sql("SELECT dlock_renew('renewed', '12 s', 'A')"), '', 'renewed again');
+is(rows('renewed'), '3', '... which updated the row (version 3)');
+
+my $ext = sql("SELECT dlock_try('extended', '10 s', 'A')");
+is(sql("SELECT dlock_try('extended', '11 s', 'A')"), $ext, 'a deferred lease is extended, same token');
+is(rows('extended') . ' ' . durable('extended'), '2 t', '... which wrote its row');
+
+my $f = sql("SELECT dlock_try('fenced', '10 s', 'A')");
+is(sql("BEGIN READ ONLY; SELECT count(*) FROM dlock_fence('fenced', $f); COMMIT"), '1',
+	'a fence in a read-only transaction passes');
+is(rows('fenced') . ' ' . durable('fenced'), '- f', '... and writes no row');
+sql("BEGIN; SELECT count(*) FROM dlock_fence('fenced', $f); ROLLBACK");
+is(rows('fenced') . ' ' . durable('fenced'), '- f', 'a fence rolled back leaves the lease deferred');
+sql("BEGIN; SELECT count(*) FROM dlock_fence('fenced', $f); SAVEPOINT s; SELECT count(*) FROM dlock_fence('fenced', $f); ROLLBACK TO s; COMMIT");
+is(rows('fenced') . ' ' . durable('fenced'), '1 t', 'a committed fence wrote its row (version 1)');
+cmp_ok(sql("SELECT extract(epoch FROM ttl) FROM dlock_leases WHERE name = 'fenced'"), '<=', 10,
+	'... with the ttl it had left');
+is(sql("SELECT dlock_release('fenced', 'A')"), 't', 'its release returns true');
+is(rows('fenced') . ' ' . durable('fenced'), '- -', '... and deletes the row');
+
+sql("SELECT dlock_try('long', '30 s', 'A')");
+is(rows('long') . ' ' . durable('long'), '1 t', 'a ttl above dlock.failover_grace writes its row at the grant');
+sql("SET dlock.flush_grants = on; SELECT dlock_try('flushed', '10 s', 'A')");
+is(rows('flushed'), '1', 'so does a grant under dlock.flush_grants');
+sql("SELECT dlock_try('held', '10 s', 'A', min_hold => '5 s')");
+is(rows('held'), '1', 'and one with a minimum hold');
+is(sql("SET dlock.durable = off; SELECT dlock_try('mem', '10 s', 'A') > 0; SELECT dlock_renew('mem', '10 s', 'A') IS NOT NULL"),
+	"t\nt", 'a memory-only lease is renewed');
+is(rows('mem') . ' ' . durable('mem'), '- f', '... and never gets a row');
+my ($ret, $out, $err) = $node->psql('postgres',
+	"\\set VERBOSITY verbose\nBEGIN READ ONLY; SELECT dlock_try('ro', '10 s', 'A')");
+like($err, qr/25006/, 'a deferred grant in a read-only transaction fails with 25006, as a durable one');
+
+###
+### 2. a fenced write carries the row of its lease with it
+###
+$f = sql("SELECT dlock_try('job', '10 s', 'A')");
+sql("BEGIN; SELECT count(*) FROM dlock_fence('job', $f); INSERT INTO jobs VALUES ($f); COMMIT");
+$node->stop('immediate');
+$node->start;
+is(sql("SELECT (SELECT token FROM dlock_locks WHERE name = 'job'), (SELECT token FROM jobs)"),
+	"$f|$f", 'after a crash: the fenced write and its lease are both there');
+$node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
+
+###
+### 3. a crash loses the deferred leases, and a grace covers them
+###
+my $lost = sql("SELECT dlock_try('lost', '8 s', 'A')");
+my $kept = sql("SELECT dlock_try('kept', '8 s', 'A')");
+sql("SELECT dlock_renew('kept', '8 s', 'A')");
+sql("INSERT INTO jobs VALUES (0)");    # flushes the renewal's row
+$node->stop('immediate');
+$node->start;
+is(sql("SELECT string_agg(name, ',' ORDER BY name) FROM dlock_locks WHERE name IN ('lost', 'kept')"),
+	'kept', 'after a crash: the renewed lease is back, the deferred one is not');
+ok($node->log_contains(qr/the end of its grace after a crash restart/), 'a crash grace runs');
+is(sql("SELECT dlock_try('lost', '8 s', 'B')"), '', 'in the grace: B does not get the lost name');
+cmp_ok(sql("SELECT dlock_acquire('lost', '8 s', '30 s', 'B')"), '>', $lost,
+	'after it: B gets it, with a higher token');
+$node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
+
+###
+### 4. a clean restart: the live deferred leases are lost, a grace covers
+###    them until the last would have ended
+###
+sql("SELECT dlock_release(name, owner) FROM dlock_locks");
+my $gone = sql("SELECT dlock_try('gone', '6 s', 'A')");
+my $ends = sql("SELECT expires_at FROM dlock_locks WHERE name = 'gone'");
+my $offset = -s $node->logfile;
+$node->restart;
+ok($node->log_contains(qr/dlock grants no new lease until .*, the end of its grace after a clean shutdown/, $offset),
+	'the log shows a grace after the clean shutdown');
+is(sql("SELECT dlock_grace() BETWEEN timestamptz '$ends' AND timestamptz '$ends' + interval '1 s'"), 't',
+	'it ends when the lost lease would have (' . sql("SELECT dlock_grace()") . ", the lease: $ends)");
+is(sql("SELECT count(*) FROM dlock_locks WHERE name = 'gone'"), '0', 'the deferred lease is lost');
+is(sql("SELECT dlock_try('gone', '6 s', 'B')"), '', 'in the grace: B does not get its name');
+is(sql("SELECT dlock_try('other', '6 s', 'B')"), '', '... nor any other');
+my ($tok, $after) = split /\|/, sql(
+	"SELECT dlock_acquire('gone', '6 s', '30 s', 'B'), clock_timestamp() >= timestamptz '$ends'");
+cmp_ok($tok, '>', $gone, 'after it: B gets the name');
+is($after, 't', '... once the lost lease would have ended');
+
+sql("SELECT dlock_release('gone', 'B')");
+sql("SELECT dlock_try('short', '6 s', 'A')");
+sql("SELECT dlock_release('short', 'A')");
+$offset = -s $node->logfile;
+$node->restart;
+is(sql("SELECT dlock_grace()"), '', 'a clean restart with no deferred lease live: no grace');
+ok(!$node->log_contains(qr/grace after a clean shutdown/, $offset), '... none in the log');
+
+ok(!$node->log_contains(qr/PANIC|TRAP/), 'no PANIC or assertion failure in the log');
+$node->stop;
+done_testing();
