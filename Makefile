@@ -5,7 +5,7 @@ EXTENSION = dlock
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\\(.*\\)'/\\1/p" $(srcdir)/dlock.control)
 
 MODULE_big = dlock
-OBJS = src/dlock.o src/settings.o src/engine.o src/keys.o src/credits.o src/counters.o src/watch.o src/listen.o src/tokens.o src/args.o src/wait.o src/overdue.o src/events.o src/lifetime.o src/xact.o src/grace.o src/grantwait.o src/queue.o src/acquire.o src/lease.o src/table.o src/dbslots.o src/rows.o src/floor.o src/sweep.o src/rebuild.o src/worker.o src/api.o src/views.o src/fence.o
+OBJS = src/dlock.o src/settings.o src/engine.o src/keys.o src/credits.o src/counters.o src/watch.o src/listen.o src/tokens.o src/args.o src/wait.o src/overdue.o src/events.o src/lifetime.o src/xact.o src/grace.o src/grantwait.o src/queue.o src/acquire.o src/lease.o src/table.o src/dbslots.o src/rows.o src/floor.o src/sweep.o src/deferred.o src/rebuild.o src/worker.o src/api.o src/views.o src/fence.o
 # 1.0's script and every upgrade script after it: CREATE EXTENSION runs 1.0's
 # and then the chain up to EXTVERSION; ALTER EXTENSION UPDATE runs the rest
 # of the chain.  A change to the SQL goes into the next upgrade script, never

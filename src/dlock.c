@@ -69,6 +69,8 @@ dlock_shmem_startup_hook(void)
 	dlock_db_shmem_init();
 	dlock_wait_shmem_init();
 	dlock_grace_shmem_init(&locks[DLOCK_PARTITIONS + 1].lock);
+	/* after the grace: it raises the longest unflushed ttl */
+	dlock_deferred_startup();
 	dlock_events_shmem_init(&locks[DLOCK_PARTITIONS + 2].lock);
 	dlock_lifetime_shmem_init();
 	dlock_listen_shmem_init();

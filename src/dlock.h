@@ -16,6 +16,8 @@
  *					backends apart (lifetime.h)
  *	the store, the lease table (durable rows; store.h), top to bottom:
  *	  rebuild.c		shared memory rebuilt from the table after a start
+ *	  deferred.c	leases whose rows are deferred, kept across a clean
+ *					restart in a file the postmaster writes at shutdown
  *	  sweep.c		rows of ended leases deleted, restored rows' expiries moved
  *	  rows.c		a lease's row writes, and what their commit waits for
  *	  floor.c		the per-database token floor (dlock_token_floor)

@@ -464,27 +464,6 @@ dlock_scan_begin(HASH_SEQ_STATUS *status)
 	hash_seq_init(status, lock_hash);
 }
 
-/*
- * How long the live deferred lease that ends last has left (0: none), for
- * the postmaster at a clean shutdown, when nothing else runs.
- */
-int64
-dlock_deferred_left(void)
-{
-	HASH_SEQ_STATUS status;
-	DLockEntry *entry;
-	int64		now = dlock_mono_now();
-	int64		left = 0;
-
-	hash_seq_init(&status, lock_hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		if (entry->deferred && dlock_is_live(entry, now))
-			left = Max(left, entry->expires - now);
-	}
-	return left;
-}
-
 /* Held: granted, and not expired or kept by a transaction that pinned it. */
 bool
 dlock_is_live(const DLockEntry *entry, int64 now)

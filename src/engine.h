@@ -193,7 +193,6 @@ extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid ro
 							   int pid, int64 ttl, int64 now, DLockMode mode,
 							   bool reserved, TransactionId durable_xid,
 							   bool deferred, bool *no_token);
-extern int64 dlock_deferred_left(void);
 extern void dlock_adopt(DLockEntry *lease, TransactionId xid);
 extern void dlock_unadopt(DLockEntry *lease);
 extern void dlock_set_min_hold(DLockEntry *lease, int64 min_hold, int64 now);

@@ -76,7 +76,6 @@
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
 #include "storage/fd.h"
-#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -115,7 +114,6 @@ pg_atomic_uint32 *dlock_grace_flag = NULL;
 PG_FUNCTION_INFO_V1(dlock_grace);
 
 static void load_grace_file(const char *clean);
-static void grace_at_shutdown(int code, Datum arg);
 
 Size
 dlock_grace_shmem_size(void)
@@ -137,8 +135,6 @@ dlock_grace_shmem_init(LWLock *lock)
 	dlock_grace_flag = &grace->pending;
 	if (found)
 		return;
-	if (!IsUnderPostmaster)
-		on_shmem_exit(grace_at_shutdown, (Datum) 0);
 	memset(grace, 0, sizeof(GraceState));
 	grace->lock = lock;
 	pg_atomic_init_u32(&grace->pending, 1);
@@ -206,32 +202,41 @@ read_grace_file(TimeLineID *tli, TimestampTz *end, int64 *length,
 /*
  * Writes the file from the shared state: the grace lock is held (or, in the
  * postmaster, nobody else runs).  Its length is what remains of the grace,
- * which bounds a resumed one if the clock steps back.
+ * which bounds a resumed one if the clock steps back.  Failures are raised
+ * at elevel: below ERROR, the postmaster's exit (where an ERROR would be a
+ * FATAL) learns of them by false.
  */
-static void
-write_grace_file(void)
+static bool
+write_grace_file(int elevel)
 {
 	FILE	   *file = AllocateFile(GRACE_FILE_TMP, PG_BINARY_W);
 	int64		now = dlock_mono_now();
 	bool		running = grace->end_mono > now;
+	bool		ok;
 
-	if (file == NULL ||
+	ok = file != NULL &&
 		fprintf(file, "%u " INT64_FORMAT " " INT64_FORMAT " " INT64_FORMAT " %s\n",
 				grace->file_tli, running ? grace->end_wall : 0,
 				running ? grace->end_mono - now : 0,
 				(int64) pg_atomic_read_u64(&grace->unflushed),
-				running ? grace->reason : "-") < 0 ||
-		fflush(file) != 0 ||
-		pg_fsync(fileno(file)) != 0)
-		ereport(ERROR,
+				running ? grace->reason : "-") >= 0 &&
+		fflush(file) == 0 &&
+		pg_fsync(fileno(file)) == 0;
+	if (!ok)
+		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not write file \"%s\": %m", GRACE_FILE_TMP)));
-	if (FreeFile(file) != 0)
-		ereport(ERROR,
+	if (file != NULL && FreeFile(file) != 0 && ok)
+	{
+		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not close file \"%s\": %m", GRACE_FILE_TMP)));
-	(void) durable_rename(GRACE_FILE_TMP, GRACE_FILE, ERROR);
+		ok = false;
+	}
+	if (!ok || durable_rename(GRACE_FILE_TMP, GRACE_FILE, elevel) != 0)
+		return false;
 	grace->have_file = true;
+	return true;
 }
 
 /*
@@ -296,37 +301,20 @@ load_grace_file(const char *clean)
 	else
 		ereport(LOG,
 				(errmsg("dlock begins no grace after this start: %s", clean)));
-	write_grace_file();
+	write_grace_file(ERROR);
 }
 
 /*
- * The postmaster's exit: after a clean shutdown (code 0), leases whose rows
- * were deferred are lost with shared memory, so the next start resumes a
- * grace until the last of them would have ended.  A crash's grace is the
- * longest unflushed ttl instead (load_grace_file).
+ * The postmaster's exit after a clean shutdown, when leases whose rows were
+ * deferred could not be kept for the next start (deferred.c): that start
+ * resumes a grace until the last of them, left from now, would have ended.
  */
-static void
-grace_at_shutdown(int code, Datum arg)
+void
+dlock_grace_after_shutdown(int64 left)
 {
-	int64		left;
-
-	if (code != 0)
-		return;
-	left = dlock_deferred_left();
-	if (left <= 0)
-		return;
-	PG_TRY();
-	{
-		begin_grace(left, "a clean shutdown",
-					"Leases whose rows were deferred (dlock.defer_rows) were lost with shared memory.");
-		write_grace_file();
-	}
-	PG_CATCH();
-	{
-		EmitErrorReport();
-		FlushErrorState();
-	}
-	PG_END_TRY();
+	begin_grace(left, "a clean shutdown",
+				"Leases whose rows were deferred (dlock.defer_rows) could not be kept.");
+	(void) write_grace_file(LOG);
 }
 
 /*
@@ -352,12 +340,12 @@ settle(void)
 			begin_grace((int64) dlock_failover_grace_ms * 1000, reason,
 						psprintf("Leases granted by the old primary may have been lost with the WAL that did not reach this server; each ends within dlock.failover_grace (%d ms).",
 								 dlock_failover_grace_ms));
-		write_grace_file();
+		write_grace_file(ERROR);
 	}
 	else if (!grace->have_file)
 	{
 		grace->file_tli = tli;
-		write_grace_file();
+		write_grace_file(ERROR);
 	}
 	grace->settled = true;
 }
@@ -515,7 +503,7 @@ dlock_grace_unwritten(int64 lasts)
 		pg_atomic_write_u64(&grace->unflushed, (uint64) lasts);
 		PG_TRY();
 		{
-			write_grace_file();
+			write_grace_file(ERROR);
 		}
 		PG_CATCH();
 		{

@@ -30,6 +30,7 @@
 
 #include "args.h"
 #include "dbslots.h"
+#include "deferred.h"
 #include "engine.h"
 #include "floor.h"
 #include "store.h"
@@ -368,6 +369,7 @@ load_rows(bool after_start)
 	LoadCounts	counts = {0};
 	TimestampTz since;
 	uint64		floor;
+	int			deferred = 0;
 
 	dlock_table_spi_begin(&saved, false, true);
 
@@ -380,11 +382,18 @@ load_rows(bool after_start)
 	since = read_rows(after_start);
 	restore_rows(after_start, since, &counts);
 	log_load(after_start, since, &counts);
+	if (after_start)
+		deferred = dlock_deferred_restore();
 	floor = dlock_floor_read();
 	record_load(after_start, &counts, floor);
 	PopActiveSnapshot();
 	dlock_table_spi_end(&saved);
 	dlock_token_raise_floor(Max(counts.max_token + 1, floor));
+	if (deferred > 0)
+		ereport(LOG,
+				(errmsg_plural("dlock restored %d lease whose row was deferred, kept by the last clean shutdown",
+							   "dlock restored %d leases whose rows were deferred, kept by the last clean shutdown",
+							   deferred, deferred)));
 	/* a sweeper moves the restored leases' rows to this clock */
 	if (after_start && counts.restored > 0)
 		dlock_wake_watcher();

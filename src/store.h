@@ -4,7 +4,7 @@
  *		after a restart or crash.  What the layers above the store
  *		(acquire.c, lease.c, worker.c, the entry points, the module load)
  *		call; the store's own files, bottom to top: table.c, dbslots.c,
- *		floor.c, rows.c, sweep.c, rebuild.c (see dlock.h).
+ *		floor.c, rows.c, sweep.c, deferred.c, rebuild.c (see dlock.h).
  */
 #ifndef DLOCK_STORE_H
 #define DLOCK_STORE_H
@@ -20,8 +20,9 @@ extern void dlock_db_shmem_init(void);
 extern void dlock_store_hook_drops(void);
 extern bool dlock_store_installed(void);
 
-/* the rebuild (rebuild.c) */
+/* the rebuild (rebuild.c); leases kept by a clean shutdown (deferred.c) */
 extern void dlock_store_ensure_loaded(void);
+extern void dlock_deferred_startup(void);
 
 /* What a lease row holds */
 typedef struct DLockRow

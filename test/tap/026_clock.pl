@@ -374,7 +374,8 @@ like($after, qr/^twice:A:$held:(19|20)$/, 'g: after a second restart, the lease 
 ###
 my $plain = PostgreSQL::Test::Cluster->new('plain');
 $plain->init;
-$plain->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
+# rows written at the grant (dlock.defer_rows off): h is about rows
+$plain->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\ndlock.defer_rows = off\n");
 $plain->start;
 $plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
 ($held) = take($plain, 'moved', 'A', 60);

@@ -16,6 +16,8 @@ $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'dlock, pg_cron'
 cron.database_name = 'postgres'
 cron.host = '$sock'
+# every grant writes its row: the worker's sweeps of them are tested here
+dlock.defer_rows = off
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');

@@ -20,6 +20,8 @@ shared_preload_libraries = 'dlock'
 dlock.token_block = 2
 dlock.worker = off
 statement_timeout = '20s'
+# the grant writes its row (tested here) at once
+dlock.defer_rows = off
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');

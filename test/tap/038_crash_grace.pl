@@ -44,6 +44,9 @@ $node->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'dlock'
 dlock.failover_grace = '20s'
+# grants write their rows without waiting for the flush (deferred rows:
+# 054_deferred_rows)
+dlock.defer_rows = off
 wal_level = minimal
 max_wal_senders = 0
 autovacuum = off

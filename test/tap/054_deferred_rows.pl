@@ -1,7 +1,8 @@
 # Durable leases whose rows are deferred (dlock.defer_rows = on): a grant
 # writes nothing; the first renewal, extension or fence writes the row; a
-# crash or a clean restart loses the leases still without one, and a grace
-# keeps every name from a new holder until the last of them would have ended.
+# crash loses the leases still without one, and a grace keeps every name
+# from a new holder until the last of them would have ended; a clean
+# restart keeps them.
 #
 #  1. What writes a row and what does not: a grant (no row, no xid, no
 #     WAL), a release of it (no row), a renewal (row, version 2), an
@@ -13,9 +14,12 @@
 #     fence wrote; after a crash the lease and the write are both there.
 #  3. A crash: the deferred leases are lost, the renewed one is back, a
 #     grace as long as the longest deferred ttl runs.
-#  4. A clean restart with a live deferred lease: it is lost, a grace runs
-#     until it would have ended; B gets its name after that.  A clean
-#     restart with none left live begins no grace.
+#  4. A clean restart keeps the live deferred leases (the postmaster writes
+#     them to pg_dlock.deferred): back with their tokens, no grace, in each
+#     database; one of a database no call reached before the next clean
+#     restart is kept again; after a crash the file is not read again.
+#  5. The file cannot be written: the next start runs a grace until the
+#     lease would have ended, and B gets its name after that.
 use strict;
 use warnings;
 
@@ -119,16 +123,66 @@ cmp_ok(sql("SELECT dlock_acquire('lost', '8 s', '30 s', 'B')"), '>', $lost,
 $node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
 
 ###
-### 4. a clean restart: the live deferred leases are lost, a grace covers
-###    them until the last would have ended
+### 4. a clean restart keeps the deferred leases: no grace
 ###
 sql("SELECT dlock_release(name, owner) FROM dlock_locks");
-my $gone = sql("SELECT dlock_try('gone', '6 s', 'A')");
-my $ends = sql("SELECT expires_at FROM dlock_locks WHERE name = 'gone'");
+sql("CREATE DATABASE other; CREATE DATABASE other2");
+$node->safe_psql($_, 'CREATE EXTENSION dlock') for qw(other other2);
+my $kept1 = sql("SELECT dlock_try('k1', '15 s', 'A')");
+my $ends = sql("SELECT expires_at FROM dlock_locks WHERE name = 'k1'");
+my $kept2 = $node->safe_psql('other', "SELECT dlock_try('k2', '15 s', 'A', 'shared')");
+my $kept3 = $node->safe_psql('other2', "SELECT dlock_try('k3', '15 s', 'A')");
+sql("SELECT dlock_try('released', '15 s', 'A')");
+sql("SELECT dlock_release('released', 'A')");
 my $offset = -s $node->logfile;
 $node->restart;
+ok($node->log_contains(qr/dlock kept 3 leases whose rows were deferred for the next start; the last ends at /, $offset),
+	'the clean shutdown kept the 3 live deferred leases');
+is(sql("SELECT dlock_grace()"), '', 'the start begins no grace');
+is(sql("SELECT token || ' ' || owner || ' ' || durable FROM dlock_locks WHERE name = 'k1'"),
+	"$kept1 A false", 'the deferred lease is back, same token and owner, still deferred');
+is(sql("SELECT expires_at >= timestamptz '$ends' FROM dlock_locks WHERE name = 'k1'"), 't',
+	'... ending no earlier than before the restart');
+is(sql("SELECT count(*) FROM dlock_locks WHERE name = 'released'"), '0', 'a released one is not');
+is(sql("SELECT dlock_try('k1', '15 s', 'B')"), '', 'B does not get its name');
+like(sql("SELECT dlock_try('fresh', '15 s', 'B')"), qr/^\d+$/, 'a fresh name is granted at once');
+is($node->safe_psql('other', "SELECT token || ' ' || mode FROM dlock_locks WHERE name = 'k2'"),
+	"$kept2 shared", 'a shared deferred lease of another database is back');
+isnt($node->safe_psql('other', "SELECT dlock_renew('k2', '15 s', 'A')"), '', '... and renewed');
+is($node->safe_psql('other', "SELECT count(*) FROM dlock_leases WHERE name = 'k2'"), '1',
+	'... which wrote its row');
+
+# other2 is not used before the next clean restart: its lease is kept again
+$offset = -s $node->logfile;
+$node->restart;
+ok($node->log_contains(qr/dlock kept 3 leases whose rows were deferred/, $offset),
+	'the next clean shutdown keeps the lease of the database no call reached, with the live ones');
+is($node->safe_psql('other2', "SELECT token FROM dlock_locks WHERE name = 'k3'"), $kept3,
+	'that lease is back after a second restart');
+
+# a crash after a clean start: the file is not used again
+sql("SELECT dlock_release('k1', 'A')");
+sql("INSERT INTO jobs VALUES (0)");
+$node->stop('immediate');
+$node->start;
+is(sql("SELECT count(*) FROM dlock_locks WHERE name = 'k1'"), '0',
+	'after a crash: a kept lease released since does not come back from the file');
+ok($node->log_contains(qr/the end of its grace after a crash restart/), 'the crash began a grace');
+$node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
+sql("SELECT dlock_release(name, owner) FROM dlock_locks");
+
+###
+### 5. the file cannot be written: a grace until the lease would have ended
+###
+my $gone = sql("SELECT dlock_try('gone', '6 s', 'A')");
+$ends = sql("SELECT expires_at FROM dlock_locks WHERE name = 'gone'");
+mkdir($node->data_dir . '/pg_dlock.deferred.tmp') or die;
+$offset = -s $node->logfile;
+$node->restart;
+rmdir($node->data_dir . '/pg_dlock.deferred.tmp') or die;
+ok($node->log_contains(qr/could not write file "pg_dlock.deferred.tmp"/, $offset), 'the file could not be written');
 ok($node->log_contains(qr/dlock grants no new lease until .*, the end of its grace after a clean shutdown/, $offset),
-	'the log shows a grace after the clean shutdown');
+	'a grace runs after the clean shutdown instead');
 is(sql("SELECT dlock_grace() BETWEEN timestamptz '$ends' AND timestamptz '$ends' + interval '1 s'"), 't',
 	'it ends when the lost lease would have (' . sql("SELECT dlock_grace()") . ", the lease: $ends)");
 is(sql("SELECT count(*) FROM dlock_locks WHERE name = 'gone'"), '0', 'the deferred lease is lost');
@@ -138,14 +192,6 @@ my ($tok, $after) = split /\|/, sql(
 	"SELECT dlock_acquire('gone', '6 s', '30 s', 'B'), clock_timestamp() >= timestamptz '$ends'");
 cmp_ok($tok, '>', $gone, 'after it: B gets the name');
 is($after, 't', '... once the lost lease would have ended');
-
-sql("SELECT dlock_release('gone', 'B')");
-sql("SELECT dlock_try('short', '6 s', 'A')");
-sql("SELECT dlock_release('short', 'A')");
-$offset = -s $node->logfile;
-$node->restart;
-is(sql("SELECT dlock_grace()"), '', 'a clean restart with no deferred lease live: no grace');
-ok(!$node->log_contains(qr/grace after a clean shutdown/, $offset), '... none in the log');
 
 ok(!$node->log_contains(qr/PANIC|TRAP/), 'no PANIC or assertion failure in the log');
 $node->stop;
