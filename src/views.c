@@ -98,8 +98,9 @@ dlock_list_locks(PG_FUNCTION_ARGS)
 		nulls[6] = (e->holder_pid == 0);
 		values[7] = Int32GetDatum(e->nwaiters);
 		values[8] = Int64GetDatum(e->version);
+		/* a deferred lease is durable with no row (no version) yet */
 		nulls[8] = !e->durable;
-		values[9] = BoolGetDatum(e->durable);
+		values[9] = BoolGetDatum(e->durable || e->deferred);
 		values[10] = PointerGetDatum(cstring_to_text(dlock_mode_name((DLockMode) e->mode)));
 		values[11] = Int32GetDatum(e->permits);
 		nulls[11] = (e->permits == 0);

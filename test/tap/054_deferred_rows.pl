@@ -43,14 +43,15 @@ $node->safe_psql('postgres', 'CREATE EXTENSION dlock; CREATE TABLE jobs (token b
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 sub rows { return sql("SELECT coalesce(string_agg(version::text, ',' ORDER BY token), '-') FROM dlock_leases WHERE name = '$_[0]'") }
-sub durable { return sql("SELECT coalesce(string_agg(CASE WHEN durable THEN 't' ELSE 'f' END, ','), '-') FROM dlock_locks WHERE name = '$_[0]'") }
+# dlock_locks: durable, and the row version it shows (- : none)
+sub durable { return sql("SELECT coalesce(string_agg(CASE WHEN durable THEN 't' ELSE 'f' END || ':' || coalesce(version::text, '-'), ','), '-') FROM dlock_locks WHERE name = '$_[0]'") }
 
 ###
 ### 1. what writes a row
 ###
 my $t = sql("SELECT dlock_try('plain', '10 s', 'A')");
 like($t, qr/^\d+$/, 'a deferred grant is granted');
-is(rows('plain') . ' ' . durable('plain'), '- f', '... with no row, shown not durable yet');
+is(rows('plain') . ' ' . durable('plain'), '- t:-', '... with no row, shown durable with no row version');
 is(sql("BEGIN; SELECT dlock_try('noxid', '10 s', 'A') > 0, pg_current_xact_id_if_assigned() IS NULL; COMMIT"),
 	't|t', '... in a transaction that takes no xid');
 is(sql("SELECT dlock_release('plain', 'A')"), 't', 'its release returns true');
@@ -58,7 +59,7 @@ is(rows('plain') . ' ' . durable('plain'), '- -', '... and leaves nothing');
 
 sql("SELECT dlock_try('renewed', '10 s', 'A')");
 isnt(sql("SELECT dlock_renew('renewed', '12 s', 'A')"), '', 'a deferred lease is renewed');
-is(rows('renewed') . ' ' . durable('renewed'), '2 t', '... which wrote its row (version 2): durable');
+is(rows('renewed') . ' ' . durable('renewed'), '2 t:2', '... which wrote its row (version 2)');
 is(sql("SELECT extract(epoch FROM ttl)::int FROM dlock_leases WHERE name = 'renewed'"), '12',
 	'... with the renewal\'s ttl');
 isnt(sql("SELECT dlock_renew('renewed', '12 s', 'A')"), '', 'renewed again');
@@ -66,30 +67,30 @@ is(rows('renewed'), '3', '... which updated the row (version 3)');
 
 my $ext = sql("SELECT dlock_try('extended', '10 s', 'A')");
 is(sql("SELECT dlock_try('extended', '11 s', 'A')"), $ext, 'a deferred lease is extended, same token');
-is(rows('extended') . ' ' . durable('extended'), '2 t', '... which wrote its row');
+is(rows('extended') . ' ' . durable('extended'), '2 t:2', '... which wrote its row');
 
 my $f = sql("SELECT dlock_try('fenced', '10 s', 'A')");
 is(sql("BEGIN READ ONLY; SELECT count(*) FROM dlock_fence('fenced', $f); COMMIT"), '1',
 	'a fence in a read-only transaction passes');
-is(rows('fenced') . ' ' . durable('fenced'), '- f', '... and writes no row');
+is(rows('fenced') . ' ' . durable('fenced'), '- t:-', '... and writes no row');
 sql("BEGIN; SELECT count(*) FROM dlock_fence('fenced', $f); ROLLBACK");
-is(rows('fenced') . ' ' . durable('fenced'), '- f', 'a fence rolled back leaves the lease deferred');
+is(rows('fenced') . ' ' . durable('fenced'), '- t:-', 'a fence rolled back leaves the lease deferred');
 sql("BEGIN; SELECT count(*) FROM dlock_fence('fenced', $f); SAVEPOINT s; SELECT count(*) FROM dlock_fence('fenced', $f); ROLLBACK TO s; COMMIT");
-is(rows('fenced') . ' ' . durable('fenced'), '1 t', 'a committed fence wrote its row (version 1)');
+is(rows('fenced') . ' ' . durable('fenced'), '1 t:1', 'a committed fence wrote its row (version 1)');
 cmp_ok(sql("SELECT extract(epoch FROM ttl) FROM dlock_leases WHERE name = 'fenced'"), '<=', 10,
 	'... with the ttl it had left');
 is(sql("SELECT dlock_release('fenced', 'A')"), 't', 'its release returns true');
 is(rows('fenced') . ' ' . durable('fenced'), '- -', '... and deletes the row');
 
 sql("SELECT dlock_try('long', '30 s', 'A')");
-is(rows('long') . ' ' . durable('long'), '1 t', 'a ttl above dlock.failover_grace writes its row at the grant');
+is(rows('long') . ' ' . durable('long'), '1 t:1', 'a ttl above dlock.failover_grace writes its row at the grant');
 sql("SET dlock.flush_grants = on; SELECT dlock_try('flushed', '10 s', 'A')");
 is(rows('flushed'), '1', 'so does a grant under dlock.flush_grants');
 sql("SELECT dlock_try('held', '10 s', 'A', min_hold => '5 s')");
 is(rows('held'), '1', 'and one with a minimum hold');
 is(sql("SET dlock.durable = off; SELECT dlock_try('mem', '10 s', 'A') > 0; SELECT dlock_renew('mem', '10 s', 'A') IS NOT NULL"),
 	"t\nt", 'a memory-only lease is renewed');
-is(rows('mem') . ' ' . durable('mem'), '- f', '... and never gets a row');
+is(rows('mem') . ' ' . durable('mem'), '- f:-', '... and never gets a row');
 my ($ret, $out, $err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nBEGIN READ ONLY; SELECT dlock_try('ro', '10 s', 'A')");
 like($err, qr/25006/, 'a deferred grant in a read-only transaction fails with 25006, as a durable one');
@@ -139,8 +140,8 @@ $node->restart;
 ok($node->log_contains(qr/dlock kept 3 leases whose rows were deferred for the next start; the last ends at /, $offset),
 	'the clean shutdown kept the 3 live deferred leases');
 is(sql("SELECT dlock_grace()"), '', 'the start begins no grace');
-is(sql("SELECT token || ' ' || owner || ' ' || durable FROM dlock_locks WHERE name = 'k1'"),
-	"$kept1 A false", 'the deferred lease is back, same token and owner, still deferred');
+is(sql("SELECT token || ' ' || owner || ' ' || durable || ' ' || coalesce(version::text, '-') FROM dlock_locks WHERE name = 'k1'"),
+	"$kept1 A true -", 'the deferred lease is back, same token and owner, still deferred');
 is(sql("SELECT expires_at >= timestamptz '$ends' FROM dlock_locks WHERE name = 'k1'"), 't',
 	'... ending no earlier than before the restart');
 is(sql("SELECT count(*) FROM dlock_locks WHERE name = 'released'"), '0', 'a released one is not');
