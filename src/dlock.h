@@ -65,6 +65,10 @@
  *				then (lease.c, xact.c, wait.c: dlock_handoff_hold)
  *	durable		a lease with a row in the lease table (the default); a
  *				memory-only lease is lost with shared memory
+ *	deferred	a durable lease whose row its first renewal, extension or
+ *				fence writes (dlock.defer_rows); a crash loses it (the crash
+ *				grace covers it), a clean restart keeps it (deferred.c);
+ *				adopting it is writing that row (dlock_adopt)
  *	queued request  a request waiting in a name's queue with no backend
  *				(dlock_enqueue), kept while asked again within its hold;
  *				granted, its lease is memory-only
