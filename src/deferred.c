@@ -42,6 +42,7 @@
 #include "dbslots.h"
 #include "deferred.h"
 #include "grace.h"
+#include "settings.h"
 #include "store.h"
 
 #define DEFERRED_FILE		"pg_dlock.deferred"
@@ -117,9 +118,10 @@ read_file(XLogRecPtr checkpoint)
 	if (file == NULL)
 		return false;
 	INIT_CRC32C(crc);
+	/* (no more leases than entries: a damaged count allocates nothing) */
 	ok = fread(&header, sizeof(header), 1, file) == 1 &&
 		header.magic == DEFERRED_MAGIC && header.checkpoint == checkpoint &&
-		header.count <= (uint32) (MaxAllocSize / sizeof(DeferredLease));
+		header.count <= (uint32) dlock_max_locks;
 	if (ok)
 	{
 		COMP_CRC32C(crc, &header, sizeof(header));
@@ -295,7 +297,8 @@ collect(DeferredLease **out, int64 *longest)
 	{
 		DeferredLease *l;
 
-		if (!entry->deferred || !dlock_is_live(entry, now))
+		/* (a pin left by a backend gone keeps nothing now) */
+		if (!entry->deferred || !dlock_is_live(entry, now) || entry->expires <= now)
 			continue;
 		if (n == size)
 			all = repalloc(all, (size *= 2) * sizeof(DeferredLease));
