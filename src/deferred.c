@@ -20,6 +20,10 @@
  * database is rebuilt, a crash would lose its leases from the file: the
  * start raises the longest unflushed ttl to cover them.  If the file cannot
  * be written, the next start begins a grace until they would have ended.
+ * It is written at every clean shutdown, with no lease too: a clean start
+ * that finds none for its checkpoint (the postmaster was killed after the
+ * shutdown checkpoint, or the file is damaged) begins a grace as after a
+ * crash if a lease could have been deferred since the start before.
  *
  * Locking: the postmaster reads shared memory at exit with no lock (nothing
  * else runs); a rebuild restores each lease under its partition lock.
@@ -183,9 +187,15 @@ dlock_deferred_startup(void)
 	checkpoint = checkpoint_lsn(&clean);
 	/* a standby's or a recovery's file is a copy: its primary went on */
 	if (!clean || stat(STANDBY_SIGNAL_FILE, &st) == 0 ||
-		stat(RECOVERY_SIGNAL_FILE, &st) == 0 || !read_file(checkpoint))
+		stat(RECOVERY_SIGNAL_FILE, &st) == 0)
 	{
 		forget_file();
+		return;
+	}
+	if (!read_file(checkpoint))
+	{
+		forget_file();
+		dlock_grace_deferred_lost();
 		return;
 	}
 	started = dlock_mono_now();
@@ -389,10 +399,12 @@ write_at_shutdown(int code, Datum arg)
 		forget_file();
 		return;
 	}
+	/* written even with none: the next start then knows none was lost */
 	n = collect(&all, &longest);
-	if (n > 0 && write_file(all, n, checkpoint))
+	if (write_file(all, n, checkpoint))
 	{
-		ereport(LOG,
+		if (n > 0)
+			ereport(LOG,
 				(errmsg_plural("dlock kept %d lease whose row was deferred for the next start; the last ends at %s",
 							   "dlock kept %d leases whose rows were deferred for the next start; the last ends at %s",
 							   n, n, timestamptz_to_str(GetCurrentTimestamp() + longest)),

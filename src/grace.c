@@ -106,6 +106,9 @@ typedef struct GraceState
 	int64		end_mono;		/* the running grace's end; 0: none */
 	TimestampTz end_wall;		/* the same, in wall-clock time */
 	char		reason[64];		/* what began it, for the log */
+	int64		unflushed_before;	/* a clean start: the longest unflushed
+									 * ttl the file had (see
+									 * dlock_grace_deferred_lost) */
 } GraceState;
 
 static GraceState *grace = NULL;
@@ -294,6 +297,7 @@ load_grace_file(const char *clean)
 	}
 	if (unflushed <= 0)
 		return;
+	grace->unflushed_before = unflushed;
 	if (clean == NULL)
 		begin_grace(unflushed, "a crash restart",
 					psprintf("Leases granted, renewed or extended without waiting for the WAL flush may have been lost in the crash; each ends within " INT64_FORMAT " ms, the longest ttl committed so.",
@@ -301,6 +305,24 @@ load_grace_file(const char *clean)
 	else
 		ereport(LOG,
 				(errmsg("dlock begins no grace after this start: %s", clean)));
+	write_grace_file(ERROR);
+}
+
+/*
+ * A clean start that finds no file of deferred leases for its checkpoint
+ * (deferred.c): the last shutdown's exit did not write it (the postmaster
+ * was killed after the shutdown checkpoint) or it was damaged.  If any lease
+ * could have been deferred since the start before (the longest unflushed
+ * ttl was not 0), a grace as long as that begins, as after a crash.
+ */
+void
+dlock_grace_deferred_lost(void)
+{
+	if (grace->unflushed_before <= 0)
+		return;
+	begin_grace(grace->unflushed_before, "a clean shutdown that kept no leases",
+				psprintf("Leases whose rows were deferred (dlock.defer_rows) may have been lost: no file kept them; each ends within " INT64_FORMAT " ms.",
+						 grace->unflushed_before / 1000));
 	write_grace_file(ERROR);
 }
 

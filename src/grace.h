@@ -44,6 +44,7 @@ extern void dlock_grace_check_ttl(int64 ttl, bool durable);
  */
 extern bool dlock_grace_unflushed(int64 lasts);
 extern void dlock_grace_after_shutdown(int64 left);
+extern void dlock_grace_deferred_lost(void);
 extern void dlock_grace_unwritten(int64 lasts);
 
 #endif							/* DLOCK_GRACE_H */

@@ -20,6 +20,9 @@
 #     restart is kept again; after a crash the file is not read again.
 #  5. The file cannot be written: the next start runs a grace until the
 #     lease would have ended, and B gets its name after that.
+#  6. A clean restart with no deferred lease live: no grace (the file is
+#     written all the same).  The file missing (as if the postmaster had been
+#     killed after the shutdown checkpoint) or damaged: a grace.
 use strict;
 use warnings;
 
@@ -193,6 +196,35 @@ my ($tok, $after) = split /\|/, sql(
 	"SELECT dlock_acquire('gone', '6 s', '30 s', 'B'), clock_timestamp() >= timestamptz '$ends'");
 cmp_ok($tok, '>', $gone, 'after it: B gets the name');
 is($after, 't', '... once the lost lease would have ended');
+
+###
+### 6. no file for the clean start's checkpoint: a grace as after a crash
+###
+$node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
+sql("SELECT dlock_release(name, owner) FROM dlock_locks");
+$offset = -s $node->logfile;
+$node->restart;
+is(sql("SELECT dlock_grace()"), '', 'a clean restart with no deferred lease live: no grace');
+ok(-e $node->data_dir . '/pg_dlock.deferred', '... its shutdown wrote the file all the same');
+ok(!$node->log_contains(qr/grants no new lease/, $offset), '... and the log shows no grace');
+for my $case ([ 'missing', sub { unlink $_[0] or die } ],
+	[ 'damaged', sub {
+		open(my $fh, '+<', $_[0]) or die; binmode $fh; seek($fh, 20, 0); print $fh "\xff\xff"; close $fh } ])
+{
+	my ($what, $spoil) = @$case;
+	my $t = sql("SELECT dlock_try('$what', '6 s', 'A')");
+	$node->stop;
+	$spoil->($node->data_dir . '/pg_dlock.deferred');
+	$offset = -s $node->logfile;
+	$node->start;
+	ok($node->log_contains(qr/dlock grants no new lease until .*, the end of its grace after a clean shutdown that kept no leases/, $offset),
+		"file $what: the log shows a grace after the clean shutdown");
+	is(sql("SELECT count(*) FROM dlock_locks WHERE name = '$what'"), '0', "file $what: the lease is lost");
+	is(sql("SELECT dlock_try('$what', '6 s', 'B')"), '', "file $what: in the grace, B does not get its name");
+	cmp_ok(sql("SELECT dlock_acquire('$what', '6 s', '30 s', 'B')"), '>', $t, "file $what: B gets it after the grace");
+	sql("SELECT dlock_release('$what', 'B')");
+	$node->poll_query_until('postgres', 'SELECT dlock_grace() IS NULL') or die;
+}
 
 ok(!$node->log_contains(qr/PANIC|TRAP/), 'no PANIC or assertion failure in the log');
 $node->stop;
