@@ -366,7 +366,7 @@ extend_own(AcquireState *a, DLockEntry *lease)
 			return false;
 		return not_granted(a);
 	}
-	adopt = lease->deferred;
+	adopt = dlock_may_adopt(lease);
 	if (adopt && !TransactionIdIsValid(GetTopTransactionIdIfAny()))
 	{
 		/* the extension writes the deferred row: an xid first, unlocked */

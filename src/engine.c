@@ -364,6 +364,7 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 	entry->in_heap = false;
 	entry->durable = false;
 	entry->deferred = false;
+	entry->no_adopt = false;
 	entry->mode = DLOCK_EXCLUSIVE;
 	entry->clear_rows = false;
 	entry->db = db;
@@ -710,6 +711,7 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 	}
 	lease->durable = TransactionIdIsValid(durable_xid);
 	lease->deferred = deferred && !lease->durable;
+	lease->no_adopt = false;
 	lease->mode = mode;
 
 	/*
@@ -743,7 +745,7 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 void
 dlock_adopt(DLockEntry *lease, TransactionId xid)
 {
-	Assert(lease->deferred && TransactionIdIsValid(xid));
+	Assert(dlock_may_adopt(lease) && TransactionIdIsValid(xid));
 	lease->deferred = false;
 	lease->durable = true;
 	lease->version = 1;
@@ -757,6 +759,16 @@ dlock_unadopt(DLockEntry *lease)
 	lease->deferred = true;
 	lease->version = 0;
 	lease->grant_xid = InvalidTransactionId;
+}
+
+/*
+ * Whether a first renewal, extension or fence may write the lease's row
+ * now: it is deferred, and no release or force release read it so.
+ */
+bool
+dlock_may_adopt(const DLockEntry *lease)
+{
+	return lease->deferred && !lease->no_adopt;
 }
 
 /* A new grant's minimum hold, counted from its grant at now (0: none). */
@@ -817,6 +829,7 @@ dlock_end_lease(DLockEntry *lease)
 		lease->version = 0;
 		lease->durable = false;
 		lease->deferred = false;
+		lease->no_adopt = false;
 		return;
 	}
 	dlist_delete(&lease->u.x.node);

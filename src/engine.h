@@ -118,6 +118,9 @@ typedef struct DLockEntry
 	bool		deferred;		/* durable, with its row left to its first
 								 * renewal, extension or fence
 								 * (dlock.defer_rows): memory-only until then */
+	bool		no_adopt;		/* deferred, and a release or force release
+								 * that read it so may end it: its row is
+								 * never written (it would outlive that end) */
 	uint8		mode;			/* DLockMode of the lease */
 	uint8		lifetime;		/* DLockLifetime of the lease */
 	bool		stale_rows;		/* head: ended leases may have left rows (set
@@ -193,6 +196,7 @@ extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid ro
 							   int pid, int64 ttl, int64 now, DLockMode mode,
 							   bool reserved, TransactionId durable_xid,
 							   bool deferred, bool *no_token);
+extern bool dlock_may_adopt(const DLockEntry *lease);
 extern void dlock_adopt(DLockEntry *lease, TransactionId xid);
 extern void dlock_unadopt(DLockEntry *lease);
 extern void dlock_set_min_hold(DLockEntry *lease, int64 min_hold, int64 now);

@@ -74,7 +74,7 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		bool		need_xid = false;
 
 		held_out->adopted = InvalidTransactionId;
-		LWLockAcquire(lock, pin ? LW_EXCLUSIVE : LW_SHARED);
+		LWLockAcquire(lock, pin || req->durable ? LW_EXCLUSIVE : LW_SHARED);
 		*now = dlock_mono_now();
 		head = dlock_find(&req->key, req->hash);
 		if (head != NULL)
@@ -100,7 +100,7 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				if (!held)
 					deadline = dlock_lease_deadline(lease, *now, &by_lock_timeout);
 				/* writing the deferred row takes an xid first, unlocked */
-				need_xid = held && pin && lease->deferred &&
+				need_xid = held && pin && dlock_may_adopt(lease) &&
 					!TransactionIdIsValid(GetTopTransactionIdIfAny());
 				held = held && !need_xid;
 				if (held && pin && !dlock_pin(lease))
@@ -108,7 +108,10 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 					LWLockRelease(lock);
 					dlock_too_many_pinners(req);
 				}
-				if (held && pin && lease->deferred)
+				/* a release's decision that it has no row must hold */
+				if (held && !pin && lease->deferred)
+					lease->no_adopt = true;
+				if (held && pin && dlock_may_adopt(lease))
 				{
 					dlock_adopt(lease, GetTopTransactionIdIfAny());
 					held_out->adopted = lease->grant_xid;
@@ -263,7 +266,8 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		LWLockRelease(lock);
 		found = palloc(sizeof(DLockBroken) * Max(room, 1));
 
-		LWLockAcquire(lock, LW_SHARED);
+		/* exclusive: a deferred lease is marked (no_adopt) */
+		LWLockAcquire(lock, LW_EXCLUSIVE);
 		now = dlock_mono_now();
 		nfound = 0;
 		head = dlock_find(&req->key, req->hash);
@@ -281,6 +285,9 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 					deadline = dlock_lease_deadline(lease, now, &by_lock_timeout);
 					break;
 				}
+				/* its row, if not written now, is never written */
+				if (lease->deferred)
+					lease->no_adopt = true;
 				memcpy(&found[nfound].owner, &lease->owner, sizeof(DLockOwner));
 				found[nfound].roleid = lease->roleid;
 				found[nfound].token = lease->token;
@@ -383,7 +390,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			/* a grant that may still be taken back: nobody pins it yet */
 			deadline = dlock_lease_deadline(lease, now, &by_lock_timeout);
 		}
-		else if (lease->deferred && may_write &&
+		else if (dlock_may_adopt(lease) && may_write &&
 				 !TransactionIdIsValid(GetTopTransactionIdIfAny()))
 			need_xid = true;	/* its row's write takes one, unlocked */
 		else if (!dlock_pin(lease))
@@ -393,7 +400,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else
 		{
-			if (lease->deferred && may_write)
+			if (dlock_may_adopt(lease) && may_write)
 			{
 				dlock_adopt(lease, GetTopTransactionIdIfAny());
 				adopted = lease->grant_xid;

@@ -733,16 +733,17 @@ dlock_grant_committed(const DLockKey *key, uint32 hash, uint64 token)
 }
 
 /*
- * An aborted write of a deferred lease's row by xid: the lease, if still
- * that write's, is deferred again (see dlock_adopt).
+ * An aborted write of a deferred lease's row: the lease is deferred again
+ * (see dlock_adopt).  Nobody else wrote its row meanwhile: only a deferred
+ * lease is adopted.  (Its grant_xid may be gone: a waiter that saw the
+ * transaction end before this callback forgets it.)
  */
 void
-dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token,
-					  TransactionId xid)
+dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token)
 {
 	DLockEntry *lease = lock_lease(key, hash, token);
 
-	if (lease != NULL && lease->durable && lease->grant_xid == xid)
+	if (lease != NULL && lease->durable)
 		dlock_unadopt(lease);
 	LWLockRelease(dlock_partition_lock(hash));
 }

@@ -114,8 +114,7 @@ extern void dlock_handoff_set_expiry(const DLockKey *key, uint32 hash,
 extern void dlock_handoff_hold(const DLockKey *key, uint32 hash, uint64 token,
 							   int64 expires, int64 version, TimestampTz released_at);
 
-extern void dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token,
-								  TransactionId xid);
+extern void dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_grant_committed(const DLockKey *key, uint32 hash,
 								  uint64 token);
 extern int64 dlock_expire_due(int batch, DLockStat stat, int *mine);

@@ -541,7 +541,7 @@ undo_from(int level)
 		{
 			/* before the unpin, which may end the lease */
 			if (TransactionIdIsValid(op->adopted))
-				dlock_handoff_unadopt(&op->key, op->hash, op->token, op->adopted);
+				dlock_handoff_unadopt(&op->key, op->hash, op->token);
 			dlock_handoff_set_expiry(&op->key, op->hash, op->token, 0, 0);
 			if (op->kind == DLOCK_OP_FENCE)
 				fence_undone(op, i);
