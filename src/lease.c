@@ -61,6 +61,9 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	Oid			member_of = InvalidOid;
 
+	/* a release marks a deferred lease: likely in a durable session */
+	bool		exclusive = pin || req->durable;
+
 	for (;;)
 	{
 		DLockEntry *head;
@@ -72,9 +75,10 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		int64		deadline = 0;
 		bool		by_lock_timeout = false;
 		bool		need_xid = false;
+		bool		need_exclusive = false;
 
 		held_out->adopted = InvalidTransactionId;
-		LWLockAcquire(lock, pin || req->durable ? LW_EXCLUSIVE : LW_SHARED);
+		LWLockAcquire(lock, exclusive ? LW_EXCLUSIVE : LW_SHARED);
 		*now = dlock_mono_now();
 		head = dlock_find(&req->key, req->hash);
 		if (head != NULL)
@@ -109,6 +113,8 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 					dlock_too_many_pinners(req);
 				}
 				/* a release's decision that it has no row must hold */
+				need_exclusive = held && !pin && !exclusive && lease->deferred;
+				held = held && !need_exclusive;
 				if (held && !pin && lease->deferred)
 					lease->no_adopt = true;
 				if (held && pin && dlock_may_adopt(lease))
@@ -131,6 +137,11 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		if (need_xid)
 		{
 			(void) dlock_store_xid();
+			continue;
+		}
+		if (need_exclusive)
+		{
+			exclusive = true;
 			continue;
 		}
 
