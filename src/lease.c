@@ -61,8 +61,11 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 	LWLock	   *lock = dlock_partition_lock(req->hash);
 	Oid			member_of = InvalidOid;
 
-	/* a release marks a deferred lease: likely in a durable session */
-	bool		exclusive = pin || req->durable;
+	/*
+	 * a release marks a deferred lease: likely where this session defers
+	 * rows (elsewhere it looks again, exclusively, if it finds one)
+	 */
+	bool		exclusive = pin || (req->durable && dlock_defer_rows);
 
 	for (;;)
 	{
