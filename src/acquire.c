@@ -15,8 +15,9 @@
  * Locking: one partition lock at a time, never while sleeping, reading
  * the lease table or allocating tokens from their file; a durable grant's
  * row is written after the lock is released (the lease carries the
- * granting transaction's id, so nobody acts on it until that ends; every
- * wait for that goes through dlock_wait_for_grant(), within the caller's
+ * granting transaction's id, so nobody acts on it until that ends; a
+ * deferred lease carries its decider for the same reason; every wait for
+ * them goes through dlock_wait_for_decider(), within the caller's
  * deadline).
  */
 #include "postgres.h"
@@ -259,6 +260,18 @@ typedef struct AcquireState
 	uint64		token;			/* the answer, once a step gives one */
 } AcquireState;
 
+/* A grant whose row is deferred: the caller's transaction decides it */
+static VirtualTransactionId
+deferred_by(const AcquireState *a)
+{
+	VirtualTransactionId vxid;
+
+	if (a->defer)
+		return dlock_my_vxid();
+	SetInvalidVirtualTransactionId(vxid);
+	return vxid;
+}
+
 /* Releases the partition lock, then sets the latches collected under it. */
 static void
 acquire_unlock(AcquireState *a)
@@ -344,7 +357,7 @@ static bool
 extend_own(AcquireState *a, DLockEntry *lease)
 {
 	const DLockRequest *req = a->req;
-	TransactionId wait_xid;
+	DLockDecider decider;
 	uint64		token;
 	bool		durable;
 	bool		adopt;
@@ -357,16 +370,15 @@ extend_own(AcquireState *a, DLockEntry *lease)
 		acquire_unlock(a);
 		mode_conflict(req, held);
 	}
-	wait_xid = dlock_grant_in_progress(lease);
-	if (TransactionIdIsValid(wait_xid))
+	if (dlock_lease_decider(lease, &decider))
 	{
 		token = lease->token;
 		acquire_unlock(a);
-		if (dlock_wait_for_grant(req, token, wait_xid, a->deadline, a->by_lock_timeout, false))
+		if (dlock_wait_for_decider(req, token, &decider, a->deadline, a->by_lock_timeout, false))
 			return false;
 		return not_granted(a);
 	}
-	adopt = dlock_may_adopt(lease);
+	adopt = lease->deferred;
 	if (adopt && !TransactionIdIsValid(GetTopTransactionIdIfAny()))
 	{
 		/* the extension writes the deferred row: an xid first, unlocked */
@@ -444,7 +456,7 @@ grant_now(AcquireState *a)
 	bool		no_token;
 
 	lease = dlock_grant(a->head, &req->owner, req->roleid, MyProcPid, req->ttl, a->now,
-						req->mode, false, a->xid, a->defer, &no_token);
+						req->mode, false, a->xid, deferred_by(a), &no_token);
 	if (lease == NULL && no_token)
 	{
 		/* reserve more tokens, outside the lock, and look again */
@@ -533,7 +545,7 @@ queue_and_wait(AcquireState *a)
 	if (reserve && !dlock_reserve(head))
 		return make_room(a);
 	dlock_enqueue(head, &req->owner, req->roleid, req->ttl, a->deadline,
-				  req->mode, reserve, a->xid, a->defer,
+				  req->mode, reserve, a->xid, deferred_by(a),
 				  req->min_hold, req->lifetime, dlock_lifetime_backend());
 	acquire_unlock(a);
 

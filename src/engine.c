@@ -364,7 +364,8 @@ create_entry(const DLockKey *key, uint32 hash, DLockEntry *head, int db)
 	entry->in_heap = false;
 	entry->durable = false;
 	entry->deferred = false;
-	entry->no_adopt = false;
+	SetInvalidVirtualTransactionId(entry->decider);
+	entry->decider_releases = false;
 	entry->mode = DLOCK_EXCLUSIVE;
 	entry->clear_rows = false;
 	entry->db = db;
@@ -664,6 +665,7 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
 	lease->lifetime_ended = false;
 	lease->bound_ended = false;
 	lease->grant_xid = InvalidTransactionId;
+	SetInvalidVirtualTransactionId(lease->decider);
 	lease->clear_rows = false;
 	memset(&lease->ev, 0, sizeof(lease->ev));
 	lease->holder_pid = 0;
@@ -678,14 +680,16 @@ place_lease(DLockEntry *head, uint64 token, bool reserved)
  * the caller (a queued waiter) counted an entry for it already, and keeps
  * that reservation if NULL is returned.  durable_xid: for a durable lease,
  * the transaction that will write its row (version 1); else invalid.
- * deferred: a durable lease whose row is not written yet (no durable_xid).
- * Returns NULL when the table is full, or with *no_token when no token is
- * reserved (see dlock_token_next).
+ * deferred_by: for a durable lease whose row is not written yet (no
+ * durable_xid), the transaction that takes it; else invalid.  Returns NULL
+ * when the table is full, or with *no_token when no token is reserved (see
+ * dlock_token_next).
  */
 DLockEntry *
 dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 			int64 ttl, int64 now, DLockMode mode, bool reserved,
-			TransactionId durable_xid, bool deferred, bool *no_token)
+			TransactionId durable_xid, VirtualTransactionId deferred_by,
+			bool *no_token)
 {
 	DLockEntry *lease;
 	uint64		token;
@@ -710,8 +714,12 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 		return NULL;
 	}
 	lease->durable = TransactionIdIsValid(durable_xid);
-	lease->deferred = deferred && !lease->durable;
-	lease->no_adopt = false;
+	lease->deferred = VirtualTransactionIdIsValid(deferred_by) && !lease->durable;
+	if (lease->deferred)
+	{
+		lease->decider = deferred_by;
+		lease->decider_releases = false;
+	}
 	lease->mode = mode;
 
 	/*
@@ -745,8 +753,9 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
 void
 dlock_adopt(DLockEntry *lease, TransactionId xid)
 {
-	Assert(dlock_may_adopt(lease) && TransactionIdIsValid(xid));
+	Assert(lease->deferred && TransactionIdIsValid(xid));
 	lease->deferred = false;
+	SetInvalidVirtualTransactionId(lease->decider);
 	lease->durable = true;
 	lease->version = 1;
 	lease->grant_xid = xid;
@@ -759,16 +768,6 @@ dlock_unadopt(DLockEntry *lease)
 	lease->deferred = true;
 	lease->version = 0;
 	lease->grant_xid = InvalidTransactionId;
-}
-
-/*
- * Whether a first renewal, extension or fence may write the lease's row
- * now: it is deferred, and no release or force release read it so.
- */
-bool
-dlock_may_adopt(const DLockEntry *lease)
-{
-	return lease->deferred && !lease->no_adopt;
 }
 
 /* A new grant's minimum hold, counted from its grant at now (0: none). */
@@ -829,7 +828,7 @@ dlock_end_lease(DLockEntry *lease)
 		lease->version = 0;
 		lease->durable = false;
 		lease->deferred = false;
-		lease->no_adopt = false;
+		SetInvalidVirtualTransactionId(lease->decider);
 		return;
 	}
 	dlist_delete(&lease->u.x.node);

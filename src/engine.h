@@ -18,7 +18,9 @@
 
 #include "lib/ilist.h"
 #include "lib/pairingheap.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
 #include "utils/hsearch.h"
 
 #include "counters.h"
@@ -118,9 +120,6 @@ typedef struct DLockEntry
 	bool		deferred;		/* durable, with its row left to its first
 								 * renewal, extension or fence
 								 * (dlock.defer_rows): memory-only until then */
-	bool		no_adopt;		/* deferred, and a release or force release
-								 * that read it so may end it: its row is
-								 * never written (it would outlive that end) */
 	uint8		mode;			/* DLockMode of the lease */
 	uint8		lifetime;		/* DLockLifetime of the lease */
 	bool		stale_rows;		/* head: ended leases may have left rows (set
@@ -139,6 +138,12 @@ typedef struct DLockEntry
 	TransactionId grant_xid;	/* durable: the transaction that granted it
 								 * and writes its row; until it ends, no other
 								 * session acts on the lease */
+	VirtualTransactionId decider;	/* deferred: the transaction that granted
+									 * it, or whose release read it deferred
+									 * (they write no row, so have no xid):
+									 * until it ends, no other session acts
+									 * on the lease (grantwait.c) */
+	bool		decider_releases;	/* that transaction released it */
 	DLockLeaseEvents ev;		/* events.c's */
 } DLockEntry;
 
@@ -195,8 +200,7 @@ extern bool dlock_conflicts(DLockEntry *head, DLockMode mode, int64 now);
 extern DLockEntry *dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 							   int pid, int64 ttl, int64 now, DLockMode mode,
 							   bool reserved, TransactionId durable_xid,
-							   bool deferred, bool *no_token);
-extern bool dlock_may_adopt(const DLockEntry *lease);
+							   VirtualTransactionId deferred_by, bool *no_token);
 extern void dlock_adopt(DLockEntry *lease, TransactionId xid);
 extern void dlock_unadopt(DLockEntry *lease);
 extern void dlock_set_min_hold(DLockEntry *lease, int64 min_hold, int64 now);
@@ -216,6 +220,29 @@ dlock_set_holder(DLockEntry *lease, int pid, const DLockBackend *backend,
 	lease->holder_pid = pid;
 	lease->holder_backend = *backend;
 	lease->lifetime = lifetime;
+}
+
+/* This backend's transaction: a deferred lease's decider, when it takes one */
+static inline VirtualTransactionId
+dlock_my_vxid(void)
+{
+	VirtualTransactionId vxid;
+
+	GET_VXID_FROM_PGPROC(vxid, *MyProc);
+	return vxid;
+}
+
+/*
+ * Whether a deferred lease's decider is a transaction of this backend: the
+ * current one, or one that ended (a backend runs one at a time).
+ */
+static inline bool
+dlock_vxid_of_this_backend(VirtualTransactionId vxid)
+{
+	VirtualTransactionId mine = dlock_my_vxid();
+
+	mine.localTransactionId = vxid.localTransactionId;
+	return VirtualTransactionIdEquals(vxid, mine);
 }
 
 /* What an operation asks for: a name, who asks, and the lease wanted */

@@ -9,8 +9,8 @@
  * transaction (xact.c).
  *
  * Locking: one partition lock at a time, never while sleeping or reading
- * the lease table; waits for a granting transaction go through
- * dlock_wait_for_grant(), holding no lock.
+ * the lease table; waits for a granting or releasing transaction go
+ * through dlock_wait_for_decider(), holding no lock.
  */
 #include "postgres.h"
 
@@ -45,13 +45,18 @@ typedef struct HeldLease
 	bool		hold_released;	/* released already, within that hold */
 	TransactionId adopted;		/* pinned with its deferred row to write, as
 								 * this xid (dlock_adopt); else invalid */
+	bool		marked;			/* deferred, read by this release, which is
+								 * its decider now (see DLockEntry) */
 	DLockRow	row;			/* that row, but for expires_at and ttl */
 } HeldLease;
 
 /*
  * Finds the caller's live lease, pinned if pin, once no other transaction
- * is granting it.  A pinned deferred lease is adopted: the caller writes its
- * row (held_out->adopted).  Returns false when the caller holds none: a lease whose
+ * is granting or releasing it.  A pinned deferred lease is adopted: the
+ * caller writes its row (held_out->adopted).  A release (not pin) of a
+ * deferred lease becomes its decider (held_out->marked): until it ends,
+ * nobody else renews, extends or fences the lease, whose row would outlive
+ * the release.  Returns false when the caller holds none: a lease whose
  * session or transaction ended within its minimum hold is held by nobody
  * (it cannot be renewed or released, only fenced and force-released).
  */
@@ -74,13 +79,15 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		dlist_mutable_iter iter;
 		bool		held = false;
 		Oid			other_role = InvalidOid;
-		TransactionId wait_xid = InvalidTransactionId;
+		DLockDecider decider;
+		bool		busy = false;
 		int64		deadline = 0;
 		bool		by_lock_timeout = false;
 		bool		need_xid = false;
 		bool		need_exclusive = false;
 
 		held_out->adopted = InvalidTransactionId;
+		held_out->marked = false;
 		LWLockAcquire(lock, exclusive ? LW_EXCLUSIVE : LW_SHARED);
 		*now = dlock_mono_now();
 		head = dlock_find(&req->key, req->hash);
@@ -102,12 +109,12 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				held_out->hold = (lease->min_hold != 0);
 				held_out->hold_until = lease->hold_until;
 				held_out->hold_released = (lease->released_at != 0);
-				wait_xid = dlock_grant_in_progress(lease);
-				held = !TransactionIdIsValid(wait_xid);
-				if (!held)
+				busy = dlock_lease_decider(lease, &decider);
+				held = !busy;
+				if (busy)
 					deadline = dlock_lease_deadline(lease, *now, &by_lock_timeout);
 				/* writing the deferred row takes an xid first, unlocked */
-				need_xid = held && pin && dlock_may_adopt(lease) &&
+				need_xid = held && pin && lease->deferred &&
 					!TransactionIdIsValid(GetTopTransactionIdIfAny());
 				held = held && !need_xid;
 				if (held && pin && !dlock_pin(lease))
@@ -118,9 +125,14 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 				/* a release's decision that it has no row must hold */
 				need_exclusive = held && !pin && !exclusive && lease->deferred;
 				held = held && !need_exclusive;
-				if (held && !pin && lease->deferred)
-					lease->no_adopt = true;
-				if (held && pin && dlock_may_adopt(lease))
+				if (held && !pin && lease->deferred &&
+					!VirtualTransactionIdEquals(lease->decider, dlock_my_vxid()))
+				{
+					lease->decider = dlock_my_vxid();
+					lease->decider_releases = true;
+					held_out->marked = true;
+				}
+				if (held && pin && lease->deferred)
 				{
 					dlock_adopt(lease, GetTopTransactionIdIfAny());
 					held_out->adopted = lease->grant_xid;
@@ -132,9 +144,9 @@ held_lease(const DLockRequest *req, HeldLease *held_out, int64 *now, bool pin)
 		}
 		LWLockRelease(lock);
 
-		if (TransactionIdIsValid(wait_xid))
+		if (busy)
 		{
-			dlock_wait_for_grant(req, held_out->token, wait_xid, deadline, by_lock_timeout, true);
+			dlock_wait_for_decider(req, held_out->token, &decider, deadline, by_lock_timeout, true);
 			continue;
 		}
 		if (need_xid)
@@ -241,7 +253,7 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 		return false;
 	if (now < held.hold_until)
 		return release_within_hold(req, &held, now);
-	dlock_xact_release(req, held.token, held.durable);
+	dlock_xact_release(req, held.token, held.durable, held.marked);
 	if (held.durable)
 		dlock_store_delete(&req->key, held.token, held.hold);
 	return true;
@@ -269,7 +281,8 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 	{
 		int			room;
 		bool		complete;
-		TransactionId wait_xid = InvalidTransactionId;
+		DLockDecider decider;
+		bool		busy = false;
 		uint64		wait_token = 0;
 		int64		deadline = 0;
 		bool		by_lock_timeout = false;
@@ -280,7 +293,7 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		LWLockRelease(lock);
 		found = palloc(sizeof(DLockBroken) * Max(room, 1));
 
-		/* exclusive: a deferred lease is marked (no_adopt) */
+		/* exclusive: the force release becomes a deferred lease's decider */
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		now = dlock_mono_now();
 		nfound = 0;
@@ -288,20 +301,34 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		complete = (head == NULL || head->nleases <= room);
 		if (head != NULL && complete)
 		{
+			/* first, whether one is still being granted or released */
 			dlock_foreach_lease(lease, head, iter)
 			{
 				if (!dlock_is_live(lease, now))
 					continue;
-				wait_xid = dlock_grant_in_progress(lease);
-				if (TransactionIdIsValid(wait_xid))
+				busy = dlock_lease_decider(lease, &decider);
+				if (busy)
 				{
 					wait_token = lease->token;
 					deadline = dlock_lease_deadline(lease, now, &by_lock_timeout);
 					break;
 				}
-				/* its row, if not written now, is never written */
-				if (lease->deferred)
-					lease->no_adopt = true;
+			}
+		}
+		if (head != NULL && complete && !busy)
+		{
+			dlock_foreach_lease(lease, head, iter)
+			{
+				if (!dlock_is_live(lease, now))
+					continue;
+				/* until we end, nobody writes its row (see held_lease) */
+				found[nfound].marked = lease->deferred &&
+					!VirtualTransactionIdEquals(lease->decider, dlock_my_vxid());
+				if (found[nfound].marked)
+				{
+					lease->decider = dlock_my_vxid();
+					lease->decider_releases = true;
+				}
 				memcpy(&found[nfound].owner, &lease->owner, sizeof(DLockOwner));
 				found[nfound].roleid = lease->roleid;
 				found[nfound].token = lease->token;
@@ -311,12 +338,12 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 			}
 		}
 		LWLockRelease(lock);
-		if (complete && !TransactionIdIsValid(wait_xid))
+		if (complete && !busy)
 			break;
 		pfree(found);
-		/* a lease still being granted, or more leases came: look again */
-		if (TransactionIdIsValid(wait_xid))
-			dlock_wait_for_grant(req, wait_token, wait_xid, deadline, by_lock_timeout, true);
+		/* a lease still being granted or released, or more leases came */
+		if (busy)
+			dlock_wait_for_decider(req, wait_token, &decider, deadline, by_lock_timeout, true);
 	}
 
 	for (int i = 0; i < nfound; i++)
@@ -326,7 +353,8 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		memcpy(&holder, req, sizeof(DLockRequest));
 		memcpy(&holder.owner, &found[i].owner, sizeof(DLockOwner));
 		holder.roleid = found[i].roleid;
-		if (!dlock_xact_force_release(&holder, found[i].token, found[i].durable))
+		if (!dlock_xact_force_release(&holder, found[i].token, found[i].durable,
+									  found[i].marked))
 			continue;
 		if (found[i].durable)
 			dlock_store_delete(&req->key, found[i].token, found[i].hold);
@@ -368,7 +396,8 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		DLockEntry *each;
 		dlist_mutable_iter iter;
 		int64		now;
-		TransactionId wait_xid = InvalidTransactionId;
+		DLockDecider decider;
+		bool		busy = false;
 		int64		deadline = 0;
 		bool		by_lock_timeout = false;
 		bool		need_xid = false;
@@ -399,12 +428,12 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else if (held)
 			result = DLOCK_FENCE_OK;
-		else if (TransactionIdIsValid(wait_xid = dlock_grant_in_progress(lease)))
+		else if ((busy = dlock_lease_decider(lease, &decider)))
 		{
-			/* a grant that may still be taken back: nobody pins it yet */
+			/* a grant that may still be taken back, a release that may end it */
 			deadline = dlock_lease_deadline(lease, now, &by_lock_timeout);
 		}
-		else if (dlock_may_adopt(lease) && may_write &&
+		else if (lease->deferred && may_write &&
 				 !TransactionIdIsValid(GetTopTransactionIdIfAny()))
 			need_xid = true;	/* its row's write takes one, unlocked */
 		else if (!dlock_pin(lease))
@@ -414,7 +443,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else
 		{
-			if (dlock_may_adopt(lease) && may_write)
+			if (lease->deferred && may_write)
 			{
 				dlock_adopt(lease, GetTopTransactionIdIfAny());
 				adopted = lease->grant_xid;
@@ -428,9 +457,9 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			result = DLOCK_FENCE_OK;
 		}
 		LWLockRelease(lock);
-		if (TransactionIdIsValid(wait_xid))
+		if (busy)
 		{
-			dlock_wait_for_grant(req, token, wait_xid, deadline, by_lock_timeout, true);
+			dlock_wait_for_decider(req, token, &decider, deadline, by_lock_timeout, true);
 			continue;
 		}
 		if (need_xid)

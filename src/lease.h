@@ -17,6 +17,7 @@ typedef struct DLockBroken
 	uint64		token;
 	bool		durable;
 	bool		hold;			/* it has a minimum hold (and a hold row) */
+	bool		marked;			/* deferred: the force release is its decider */
 } DLockBroken;
 
 /* timeout: microseconds, 0 = do not wait, -1 = wait without limit */

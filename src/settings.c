@@ -146,7 +146,7 @@ define_server_settings(void)
 	/* read when a lease is granted (acquire.c) */
 	DefineCustomBoolVariable("dlock.defer_rows",
 							 "Leave a durable lease's row to its first renewal, extension or fence when its grant may skip the WAL flush.",
-							 "A lease released before then writes no row; a crash or a clean restart loses it, and a grace keeps its name from anyone else until it would have ended.",
+							 "A lease released before then writes no row.  A crash loses it, and a grace keeps its name from anyone else until it would have ended; a clean shutdown keeps it for the next start.",
 							 &dlock_defer_rows,
 							 false,
 							 PGC_USERSET, 0,

@@ -252,7 +252,8 @@ dlock_wait_prepare(void)
 void
 dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 			  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-			  TransactionId durable_xid, bool deferred, int64 min_hold,
+			  TransactionId durable_xid, VirtualTransactionId deferred_by,
+			  int64 min_hold,
 			  DLockLifetime lifetime, const DLockBackend *backend)
 {
 	DLockWaiter *w = my_slot;
@@ -271,7 +272,7 @@ dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 		dlock_mono_to_wall(deadline, dlock_mono_now(), w->since);
 	w->roleid = roleid;
 	w->durable_xid = durable_xid;
-	w->deferred = deferred;
+	w->deferred_by = deferred_by;
 	w->mode = mode;
 	w->lifetime = lifetime;
 	w->backend = *backend;
@@ -358,7 +359,7 @@ dlock_settle(DLockEntry *head, int64 now, DLockStat stat, bool keep)
 			break;
 		lease = dlock_grant(head, &w->owner, w->roleid, w->pid, w->ttl, now,
 							(DLockMode) w->mode, w->reserved, w->durable_xid,
-							w->deferred, &no_token);
+							w->deferred_by, &no_token);
 		if (lease == NULL)
 		{
 			/*
@@ -745,6 +746,22 @@ dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token)
 
 	if (lease != NULL && lease->durable)
 		dlock_unadopt(lease);
+	LWLockRelease(dlock_partition_lock(hash));
+}
+
+/*
+ * A release of a deferred lease was undone (with its transaction, or
+ * rolled back to a savepoint): it no longer decides the lease, which others
+ * may act on again.
+ */
+void
+dlock_handoff_unmark(const DLockKey *key, uint32 hash, uint64 token)
+{
+	DLockEntry *lease = lock_lease(key, hash, token);
+
+	if (lease != NULL && lease->deferred &&
+		VirtualTransactionIdEquals(lease->decider, dlock_my_vxid()))
+		SetInvalidVirtualTransactionId(lease->decider);
 	LWLockRelease(dlock_partition_lock(hash));
 }
 

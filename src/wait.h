@@ -49,8 +49,9 @@ typedef struct DLockWaiter
 	Oid			roleid;
 	TransactionId durable_xid;	/* durable: the transaction that will write
 								 * the row of the lease granted; else invalid */
-	bool		deferred;		/* durable with its row deferred (see
-								 * DLockEntry) */
+	VirtualTransactionId deferred_by;	/* durable with its row deferred:
+										 * the waiter's transaction (see
+										 * DLockEntry); else invalid */
 	uint8		mode;			/* DLockMode asked for */
 	uint8		lifetime;		/* DLockLifetime asked for */
 	DLockBackend backend;		/* the waiter's backend, which a session or
@@ -70,7 +71,8 @@ extern void dlock_wait_shmem_init(void);
 
 extern void dlock_enqueue(DLockEntry *head, const DLockOwner *owner, Oid roleid,
 						  int64 ttl, int64 deadline, DLockMode mode, bool reserved,
-						  TransactionId durable_xid, bool deferred, int64 min_hold,
+						  TransactionId durable_xid, VirtualTransactionId deferred_by,
+						  int64 min_hold,
 						  DLockLifetime lifetime, const DLockBackend *backend);
 extern void dlock_wait_prepare(void);
 extern uint64 dlock_self_deadlock(DLockEntry *head, DLockMode mode, int *ahead);
@@ -115,6 +117,7 @@ extern void dlock_handoff_hold(const DLockKey *key, uint32 hash, uint64 token,
 							   int64 expires, int64 version, TimestampTz released_at);
 
 extern void dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token);
+extern void dlock_handoff_unmark(const DLockKey *key, uint32 hash, uint64 token);
 extern void dlock_grant_committed(const DLockKey *key, uint32 hash,
 								  uint64 token);
 extern int64 dlock_expire_due(int batch, DLockStat stat, int *mine);

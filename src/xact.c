@@ -67,6 +67,8 @@ typedef struct DLockOp
 	uint64		event_seq;		/* ACQUIRE: its grant event's seq; 0: none */
 	TransactionId adopted;		/* RENEW, FENCE: wrote the row of a deferred
 								 * lease, as this xid (else invalid) */
+	bool		marked;			/* RELEASE: of a deferred lease, which it
+								 * made this transaction the decider of */
 } DLockOp;
 
 static List *ops = NIL;			/* in TopTransactionContext */
@@ -332,11 +334,13 @@ dlock_xact_release_pending(const DLockRequest *req)
 }
 
 void
-dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
+dlock_xact_release(const DLockRequest *req, uint64 token, bool durable,
+				   bool marked)
 {
 	DLockOp    *op = log_op(DLOCK_OP_RELEASE, req, token);
 
 	op->durable = durable;
+	op->marked = marked;
 }
 
 /*
@@ -348,7 +352,8 @@ dlock_xact_release(const DLockRequest *req, uint64 token, bool durable)
  * rolled back over the force release gives that release back).
  */
 bool
-dlock_xact_force_release(const DLockRequest *req, uint64 token, bool durable)
+dlock_xact_force_release(const DLockRequest *req, uint64 token, bool durable,
+						 bool marked)
 {
 	ListCell   *lc;
 	DLockOp    *within_hold = NULL;
@@ -368,6 +373,7 @@ dlock_xact_force_release(const DLockRequest *req, uint64 token, bool durable)
 	}
 	op = log_op(DLOCK_OP_RELEASE, req, token);
 	op->durable = durable;
+	op->marked = marked;
 	op->forced = true;
 	if (within_hold != NULL)
 	{
@@ -514,7 +520,8 @@ undo_supersede(DLockOp *op)
 
 /*
  * Drops, newest first, every op made at nesting level >= level: a new grant
- * is taken back, a pin is dropped, and nothing else reaches shared memory.
+ * is taken back, a pin is dropped, a deferred lease's release gives the
+ * lease back to others, and nothing else reaches shared memory.
  * Levels never decrease along the list (an ended subtransaction's ops move
  * to its parent's level), so those ops are its tail.
  */
@@ -546,6 +553,8 @@ undo_from(int level)
 			if (op->kind == DLOCK_OP_FENCE)
 				fence_undone(op, i);
 		}
+		else if (op->kind == DLOCK_OP_RELEASE && op->marked)
+			dlock_handoff_unmark(&op->key, op->hash, op->token);
 		if (op->supersedes)
 			undo_supersede(op);
 		if (op_index != NULL)

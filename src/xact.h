@@ -29,9 +29,10 @@ extern bool dlock_xact_extended(struct DLockOp *op, const DLockRequest *req,
 								uint64 token, int64 expires);
 
 extern bool dlock_xact_release_pending(const DLockRequest *req);
-extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable);
+extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable,
+							   bool marked);
 extern bool dlock_xact_force_release(const DLockRequest *req, uint64 token,
-									 bool durable);
+									 bool durable, bool marked);
 extern void dlock_xact_release_hold(const DLockRequest *req, uint64 token,
 									int64 expires, int64 version,
 									TimestampTz released_at);

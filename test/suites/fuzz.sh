@@ -31,6 +31,8 @@
 #                  kill (SIGKILL to the postmaster and all its children at
 #                  once, then start: crash recovery)
 #   FUZZ_ARGS      extra options for dlock_fuzz
+#   FUZZ_CONF      extra server settings, separated by ';' (for example
+#                  "dlock.defer_rows = on")
 #   PG_CONFIG, DLOCK_TOP (checkout to use; default: this script's),
 #   DLOCK_LOGDIR   a failing run's server log is copied there as
 #                  fuzz-server-<seed>.log
@@ -128,8 +130,9 @@ srv_initdb
 # (max_wal_senders 0), so those are granted above the grace.
 crash_conf=()
 [ "$restart" = fast ] || crash_conf=("dlock.failover_grace = '3s'" "max_wal_senders = 0")
+IFS=';' read -r -a extra_conf <<<"${FUZZ_CONF:-}"
 srv_conf "$port" "max_connections = 100" "max_prepared_transactions = 10" "dlock.max_locks = 1000" \
-	"${crash_conf[@]}"
+	"${crash_conf[@]}" "${extra_conf[@]}"
 srv_start
 srv_env
 psql() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
