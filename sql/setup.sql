@@ -16,7 +16,7 @@ FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
 WHERE c.relname IN ('dlock_locks', 'dlock_waiters') AND a.attnum > 0
 ORDER BY c.relname, a.attnum;
 
--- Settings with their defaults (max_locks and failover_grace are set by the test config).
+-- Settings with their defaults (max_locks, failover_grace and defer_rows are set by the test config).
 SELECT name, setting, unit, context FROM pg_settings
 WHERE name LIKE 'dlock.%' ORDER BY name;
 

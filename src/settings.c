@@ -26,7 +26,7 @@ int			dlock_fence_grace_ms = 10000;
 int			dlock_token_block = 1000000;
 int			dlock_failover_grace_ms = 300000;
 bool		dlock_flush_grants = false;
-bool		dlock_defer_rows = false;
+bool		dlock_defer_rows = true;
 bool		dlock_events = false;
 
 /* Refuses an owner that calls would refuse, at SET time. */
@@ -148,7 +148,7 @@ define_server_settings(void)
 							 "Leave a durable lease's row to its first renewal, extension or fence when its grant may skip the WAL flush.",
 							 "A lease released before then writes no row.  A crash loses it, and a grace keeps its name from anyone else until it would have ended; a clean shutdown keeps it for the next start.",
 							 &dlock_defer_rows,
-							 false,
+							 true,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
 	/* read when a lease is granted: its events follow the grantee's setting */
