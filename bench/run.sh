@@ -63,8 +63,8 @@ T_START=$(date +%s)
 # runs once per grant (counted with pg_stat_statements).
 # ---------------------------------------------------------------------------
 UNCONTENDED=(
-  "dlock_durable|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.defer_rows=on|dlock_try + dlock_release, durable leases with deferred rows (dlock.defer_rows = on: a lease released before its first renewal writes no row)"
-  "dlock_durable_rows|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.defer_rows=off|as dlock_durable, every grant writes its row at once without waiting for its flush (dlock.defer_rows = off, the default)"
+  "dlock_durable|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on|dlock_try + dlock_release, durable leases (dlock.durable = on, the default: a lease released before its first renewal writes no row, dlock.defer_rows = on)"
+  "dlock_durable_rows|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.defer_rows=off|as dlock_durable, every grant writes its row at once without waiting for its flush (dlock.defer_rows = off)"
   "dlock_durable_flush|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.flush_grants=on|as dlock_durable, every grant flushed (dlock.flush_grants = on: the behaviour before 1.2, no grace after a crash)"
   "dlock_durable_events|pgbench|dlock.sql|setup_dlock|-c dlock.durable=on -c dlock.events=on|as dlock_durable, with change events (dlock.events = on: a NOTIFY at each commit)"
   "lease_logged|pgbench|lease.sql|setup_lease logged|-|lease table, logged: INSERT .. ON CONFLICT; DELETE"

@@ -748,14 +748,13 @@ dlock_grant(DLockEntry *head, const DLockOwner *owner, Oid roleid, int pid,
  * A deferred lease's row is about to be written by transaction xid (its
  * first renewal, extension or fence): durable from now, as a new grant is,
  * and acted on by nobody else until xid ends.  dlock_unadopt() takes it
- * back if xid's write rolls back.
+ * back if xid's write rolls back; its decider, kept, counts again then.
  */
 void
 dlock_adopt(DLockEntry *lease, TransactionId xid)
 {
 	Assert(lease->deferred && TransactionIdIsValid(xid));
 	lease->deferred = false;
-	SetInvalidVirtualTransactionId(lease->decider);
 	lease->durable = true;
 	lease->version = 1;
 	lease->grant_xid = xid;

@@ -247,10 +247,15 @@ dlock_lease_release(const DLockRequest *req, uint64 token)
 	HeldLease	held;
 
 	dlock_xact_register();
-	if (dlock_xact_release_pending(req) ||
-		!held_lease(req, &held, &now, false) ||
-		(token != 0 && token != held.token) || held.hold_released)
+	if (dlock_xact_release_pending(req) || !held_lease(req, &held, &now, false))
 		return false;
+	if ((token != 0 && token != held.token) || held.hold_released)
+	{
+		/* not released after all: others may act on the lease again */
+		if (held.marked)
+			dlock_handoff_unmark(&req->key, req->hash, held.token);
+		return false;
+	}
 	if (now < held.hold_until)
 		return release_within_hold(req, &held, now);
 	dlock_xact_release(req, held.token, held.durable, held.marked);
@@ -356,12 +361,26 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 		if (!dlock_xact_force_release(&holder, found[i].token, found[i].durable,
 									  found[i].marked))
 			continue;
+		found[n++] = found[i];
+	}
+	/* after every release is logged: a failed delete's rollback undoes all */
+	for (int i = 0; i < n; i++)
+	{
 		if (found[i].durable)
 			dlock_store_delete(&req->key, found[i].token, found[i].hold);
-		found[n++] = found[i];
 	}
 	*broken = found;
 	return n;
+}
+
+/*
+ * Whether a fence writes a deferred lease's row: in a read-write transaction
+ * that has not released the lease (a release's row would outlive it).
+ */
+static bool
+fence_writes_row(const DLockEntry *lease, bool may_write)
+{
+	return lease->deferred && may_write && !dlock_released_here(lease);
 }
 
 /*
@@ -433,7 +452,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			/* a grant that may still be taken back, a release that may end it */
 			deadline = dlock_lease_deadline(lease, now, &by_lock_timeout);
 		}
-		else if (lease->deferred && may_write &&
+		else if (fence_writes_row(lease, may_write) &&
 				 !TransactionIdIsValid(GetTopTransactionIdIfAny()))
 			need_xid = true;	/* its row's write takes one, unlocked */
 		else if (!dlock_pin(lease))
@@ -443,7 +462,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else
 		{
-			if (lease->deferred && may_write)
+			if (fence_writes_row(lease, may_write))
 			{
 				dlock_adopt(lease, GetTopTransactionIdIfAny());
 				adopted = lease->grant_xid;

@@ -752,15 +752,17 @@ dlock_handoff_unadopt(const DLockKey *key, uint32 hash, uint64 token)
 /*
  * A release of a deferred lease was undone (with its transaction, or
  * rolled back to a savepoint): it no longer decides the lease, which others
- * may act on again.
+ * may act on again.  (The release made this backend its decider; at a
+ * transaction's abort its own virtual id is already reset.)
  */
 void
 dlock_handoff_unmark(const DLockKey *key, uint32 hash, uint64 token)
 {
 	DLockEntry *lease = lock_lease(key, hash, token);
 
-	if (lease != NULL && lease->deferred &&
-		VirtualTransactionIdEquals(lease->decider, dlock_my_vxid()))
+	if (lease != NULL && lease->decider_releases &&
+		VirtualTransactionIdIsValid(lease->decider) &&
+		dlock_vxid_of_this_backend(lease->decider))
 		SetInvalidVirtualTransactionId(lease->decider);
 	LWLockRelease(dlock_partition_lock(hash));
 }
