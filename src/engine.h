@@ -245,17 +245,6 @@ dlock_vxid_of_this_backend(VirtualTransactionId vxid)
 	return VirtualTransactionIdEquals(vxid, mine);
 }
 
-/*
- * Whether this backend's transaction released the deferred lease (and is
- * its decider): nothing but taking it again may write its row now.
- */
-static inline bool
-dlock_released_here(const DLockEntry *lease)
-{
-	return lease->decider_releases &&
-		VirtualTransactionIdEquals(lease->decider, dlock_my_vxid());
-}
-
 /* What an operation asks for: a name, who asks, and the lease wanted */
 typedef struct DLockRequest
 {

@@ -375,12 +375,13 @@ dlock_lease_force_release(const DLockRequest *req, DLockBroken **broken)
 
 /*
  * Whether a fence writes a deferred lease's row: in a read-write transaction
- * that has not released the lease (a release's row would outlive it).
+ * that does not release the lease (the row would outlive that release).
  */
 static bool
-fence_writes_row(const DLockEntry *lease, bool may_write)
+fence_writes_row(const DLockRequest *req, const DLockEntry *lease, bool may_write)
 {
-	return lease->deferred && may_write && !dlock_released_here(lease);
+	return lease->deferred && may_write &&
+		!dlock_xact_releases(&req->key, lease->token);
 }
 
 /*
@@ -452,7 +453,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 			/* a grant that may still be taken back, a release that may end it */
 			deadline = dlock_lease_deadline(lease, now, &by_lock_timeout);
 		}
-		else if (fence_writes_row(lease, may_write) &&
+		else if (fence_writes_row(req, lease, may_write) &&
 				 !TransactionIdIsValid(GetTopTransactionIdIfAny()))
 			need_xid = true;	/* its row's write takes one, unlocked */
 		else if (!dlock_pin(lease))
@@ -462,7 +463,7 @@ dlock_lease_fence(const DLockRequest *req, uint64 token, uint64 *current)
 		}
 		else
 		{
-			if (fence_writes_row(lease, may_write))
+			if (fence_writes_row(req, lease, may_write))
 			{
 				dlock_adopt(lease, GetTopTransactionIdIfAny());
 				adopted = lease->grant_xid;

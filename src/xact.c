@@ -333,6 +333,27 @@ dlock_xact_release_pending(const DLockRequest *req)
 	return false;
 }
 
+/*
+ * Whether this transaction releases the lease with token (a release or a
+ * force release, pending): a fence of it must not write its row.  Only a
+ * fence of a deferred lease asks, so a walk of every op will do.
+ */
+bool
+dlock_xact_releases(const DLockKey *key, uint64 token)
+{
+	ListCell   *lc;
+
+	foreach(lc, ops)
+	{
+		DLockOp    *op = lfirst(lc);
+
+		if (op->kind == DLOCK_OP_RELEASE && op->superseded_by == NULL &&
+			op->token == token && op->key.dbid == key->dbid)
+			return true;
+	}
+	return false;
+}
+
 void
 dlock_xact_release(const DLockRequest *req, uint64 token, bool durable,
 				   bool marked)

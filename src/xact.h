@@ -29,6 +29,7 @@ extern bool dlock_xact_extended(struct DLockOp *op, const DLockRequest *req,
 								uint64 token, int64 expires);
 
 extern bool dlock_xact_release_pending(const DLockRequest *req);
+extern bool dlock_xact_releases(const DLockKey *key, uint64 token);
 extern void dlock_xact_release(const DLockRequest *req, uint64 token, bool durable,
 							   bool marked);
 extern bool dlock_xact_force_release(const DLockRequest *req, uint64 token,
