@@ -601,13 +601,15 @@ SKIP:
 ### 7. hostile values that need several sessions
 ###
 # A timeout whose deadline lies beyond the last timestamp: the waiter waits,
-# and dlock_waiters stays readable for everyone.
+# and dlock_waiters stays readable for everyone.  (justify_hours: with the
+# hours in the interval's time field, the subtraction overflowed it in the
+# first hour of every UTC day, "interval out of range".)
 value_as('postgres', 'app1', q{SELECT dlock_try('far', '1 hour', 'h')});
 my $far = session('postgres', 'app2');
 $far->query_until(qr/queued/, q{\echo queued
 SET statement_timeout = '20s';
 SELECT dlock_acquire('far', '1 minute',
-	interval '2562047788 hours' - (now() - timestamptz '2000-01-01 00:00:00+00') + interval '1 hour', 'w');
+	justify_hours(interval '2562047788 hours') - (now() - timestamptz '2000-01-01 00:00:00+00') + interval '1 hour', 'w');
 });
 ok($node->poll_query_until('postgres',
 		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'SELECT dlock_acquire(''far''%' AND wait_event_type = 'Extension'}),
